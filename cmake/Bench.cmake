@@ -1,0 +1,6 @@
+file(GLOB bench_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/bench/*.cu ${CMAKE_SOURCE_DIR}/bench/*.cpp)
+foreach(src ${bench_srcs})
+  get_filename_component(n ${src} NAME_WE)
+  add_executable(${n} ${src})
+  target_link_libraries(${n} PRIVATE fp4_cuda fp4_train)
+endforeach()

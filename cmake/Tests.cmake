@@ -1,0 +1,49 @@
+find_package(GTest REQUIRED)
+include(GoogleTest)
+# One test program per area: tests/unit/<area>/*_test.cpp -> test_<area>, labelled cpu.
+# tests/cuda/*_test.cpp -> test_cuda, labelled cuda (run on the GPU machine only).
+file(GLOB areas LIST_DIRECTORIES true CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/unit/*)
+foreach(dir ${areas})
+  if(IS_DIRECTORY ${dir})
+    get_filename_component(area ${dir} NAME)
+    file(GLOB srcs CONFIGURE_DEPENDS ${dir}/*_test.cpp)
+    if(srcs)
+      add_executable(test_${area} ${srcs})
+      target_link_libraries(test_${area} PRIVATE fp4_train GTest::gtest_main GTest::gmock)
+      target_compile_definitions(test_${area} PRIVATE FP4_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+      gtest_discover_tests(test_${area} PROPERTIES LABELS cpu DISCOVERY_TIMEOUT 60)
+    endif()
+  endif()
+endforeach()
+
+# Helper programs of the reference checks: tests/reference/*.cpp -> one executable each.
+file(GLOB ref_tools CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/reference/*.cpp)
+foreach(src ${ref_tools})
+  get_filename_component(n ${src} NAME_WE)
+  add_executable(${n} ${src})
+  target_link_libraries(${n} PRIVATE fp4_train)
+endforeach()
+
+# Reference checks against PyTorch (Debian python3-torch, CPU): tests/reference/*.py
+find_program(FP4_SYSTEM_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+file(GLOB refs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/reference/check_*.py)
+foreach(ref ${refs})
+  get_filename_component(n ${ref} NAME_WE)
+  add_test(NAME reference_${n}
+           COMMAND ${FP4_SYSTEM_PYTHON} ${ref} --build-dir ${CMAKE_BINARY_DIR}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(reference_${n} PROPERTIES LABELS "cpu;reference" TIMEOUT 900)
+endforeach()
+
+if(FP4_HAVE_CUDA)
+  file(GLOB cuda_tests CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cuda/*_test.cpp
+                                         ${CMAKE_SOURCE_DIR}/tests/cuda/*_test.cu)
+  if(cuda_tests)
+    add_executable(test_cuda ${cuda_tests})
+    target_link_libraries(test_cuda PRIVATE fp4_cuda fp4_train GTest::gtest_main)
+    target_compile_definitions(test_cuda PRIVATE FP4_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+    # Registered without discovery: listing the tests needs no GPU, but running them does.
+    add_test(NAME cuda_all COMMAND test_cuda)
+    set_tests_properties(cuda_all PROPERTIES LABELS cuda)
+  endif()
+endif()

@@ -1,0 +1,44 @@
+// Recipe: the per-layer precision policy of the quantized linear layers (RECIPES.md section 4),
+// plus layer features and the optimizer choice. Presets are TOML files in configs/recipes/.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "numerics/quant_spec.h"
+
+namespace fp4 {
+
+// The six quantizers of a linear layer Y = X W^T:
+// Q1 X (fwd), Q2 W (fwd), Q3 dY (for dX), Q4 W^T (for dX), Q5 dY^T (for dW), Q6 X^T (for dW).
+enum class Operand : uint8_t { kQ1X, kQ2W, kQ3dY, kQ4Wt, kQ5dYt, kQ6Xt };
+inline constexpr int kNumOperands = 6;
+
+struct LinearPolicy {
+  std::array<QuantSpec, kNumOperands> q{};  // indexed by Operand
+  // RHT signs: "fixed" (one sign vector for the run, NVIDIA) or "per_call" (fresh per call, TetraJet-v2)
+  bool rht_fresh_signs = false;
+
+  const QuantSpec& operator[](Operand o) const { return q[static_cast<int>(o)]; }
+  QuantSpec& operator[](Operand o) { return q[static_cast<int>(o)]; }
+  bool quantized() const;  // any of the six quantized
+};
+
+// Which linears of a block a policy applies to.
+enum class LinearKind : uint8_t { kQkv, kAttnOut, kGateUp, kDown };
+inline constexpr int kNumLinearKinds = 4;
+std::string to_string(LinearKind k);
+
+struct Recipe {
+  std::string name = "bf16";
+  LinearPolicy linear;              // applied to every quantized linear
+  std::vector<int> bf16_layers;     // block indices kept in BF16; negative counts from the end
+  std::string optimizer = "adamw";  // adamw (q-adamw, root, q-root later)
+
+  // The policy for linear `kind` of block `layer` in a model of `n_layers` blocks.
+  LinearPolicy policy_for(int layer, int n_layers, LinearKind kind) const;
+};
+
+}  // namespace fp4
