@@ -13,8 +13,8 @@ struct ModelConfig {
   int d_model = 128;
   int n_heads = 4;
   int d_ff = 384;            // SwiGLU inner size
-  int vocab_size = 256;      // embedding rows (padded); tokens >= vocab_real are never targets
-  int vocab_real = 256;      // the tokenizer's vocabulary
+  int vocab_size = 320;      // embedding rows (padded); tokens >= vocab_real are never targets
+  int vocab_real = 257;      // the tokenizer's vocabulary (tiny: 256 bytes + end-of-text 256)
   int max_seq_len = 256;
   float rope_theta = 500000.0f;
   float norm_eps = 1e-6f;
