@@ -1,0 +1,144 @@
+// The NVFP4 quantizer of RECIPES.md section 2, one 16-element block at a time, as __host__ __device__
+// functions. The CPU reference (quantize_cpu.cpp) and every CUDA kernel call exactly these, so their
+// results are bit-identical. All arithmetic is IEEE FP32 in the order the specification writes it.
+#pragma once
+
+#include <cstdint>
+
+#include "numerics/formats.h"
+#include "numerics/hd.h"
+
+namespace fp4 {
+
+inline constexpr float kNvfp4Target = 6.0f;                 // block maximum maps to the E2M1 maximum
+inline constexpr float kNvfp4HeadroomTarget = 96.0f / 17.0f;  // sr_headroom (Quartet II): 6 * 16/17
+inline constexpr float kFourOverSixTensorBound = 256.0f;      // E4M3 bound of the tensor scale with 4/6
+
+// ------------------------------------------------------------------ per-tensor ("tensor") outer scale
+struct TensorScale {
+  float s_enc = 1.0f;  // (448 * target) / amax
+  float s_dec = 1.0f;  // 1 / s_enc
+};
+
+// As TransformerEngine's reference: S_enc = (bound * target) / amax, min(S_enc, FLT_MAX), 0 -> 1.
+FP4_HD TensorScale nvfp4_tensor_scale(float amax, bool four_over_six, float target) {
+  const float bound = four_over_six ? kFourOverSixTensorBound : kE4m3Max;
+  const float t = four_over_six ? kNvfp4Target : target;
+  float s_enc = (bound * t) / amax;
+  s_enc = min_f(s_enc, kFloatMax);
+  if (s_enc == 0.0f) s_enc = 1.0f;
+  return TensorScale{s_enc, 1.0f / s_enc};
+}
+
+// Encode multiplier of a block from its *rounded* E4M3 scale: min(1 / (s_b * S_dec), FLT_MAX).
+FP4_HD float nvfp4_encode_multiplier(uint8_t scale_code, float s_dec) {
+  return min_f(1.0f / (e4m3_decode(scale_code) * s_dec), kFloatMax);
+}
+
+FP4_HD float clamp6(float v) { return max_f(-kE2m1Max, min_f(v, kE2m1Max)); }
+
+// Standard scale of a block (or 16x16 tile) with amax16: E4M3_RNE(min(amax16 * (S_enc * (1/target)), 448)).
+FP4_HD uint8_t nvfp4_scale_tensor(float amax16, const TensorScale& ts, float target) {
+  const float mult = ts.s_enc * (1.0f / target);  // the multiplier is formed first
+  return e4m3_encode(min_f(amax16 * mult, kE4m3Max));
+}
+
+// Four Over Six on a 1x16 block, tensor outer scale: map the block max to 4 or to 6, keep the candidate
+// with the lower squared error (ties -> 6). `amax` is the tensor amax.
+FP4_HD uint8_t nvfp4_scale_tensor_4o6(const float* v, float amax16, float amax, const TensorScale& ts) {
+  const float base = (amax16 / 6.0f) * ts.s_enc;
+  const uint8_t s4 = e4m3_encode(min_f(base * 1.5f, kE4m3Max));
+  const uint8_t s6 = e4m3_encode(min_f(base, kE4m3Max));
+  float err[2] = {0.0f, 0.0f};
+  const uint8_t cand[2] = {s4, s6};
+FP4_UNROLL
+  for (int c = 0; c < 2; ++c) {
+    const float s = e4m3_decode(cand[c]);
+    const float e = nvfp4_encode_multiplier(cand[c], ts.s_dec);
+FP4_UNROLL
+    for (int i = 0; i < 16; ++i) {
+      const float q = e2m1_decode(e2m1_encode_rtn(clamp6(v[i] * e)));
+      const float d = add_rn(mul_rn(mul_rn(q, s), amax) / 1536.0f, -v[i]);
+      err[c] = add_rn(err[c], mul_rn(d, d));
+    }
+  }
+  return err[0] < err[1] ? s4 : s6;
+}
+
+// Element code with a tensor outer scale: E2M1(clamp(x * e_b, -6, 6)), RTN or SR.
+FP4_HD uint8_t nvfp4_encode_tensor(float x, float e_b, bool stochastic, uint32_t random) {
+  const float v = clamp6(x * e_b);
+  return stochastic ? e2m1_encode_sr(v, random) : e2m1_encode_rtn(v);
+}
+
+// Dequantized value with a tensor outer scale: (q * s_b) * S_dec.
+FP4_HD float nvfp4_decode_tensor(uint8_t code, uint8_t scale_code, float s_dec) {
+  return (e2m1_decode(code) * e4m3_decode(scale_code)) * s_dec;
+}
+
+// ------------------------------------------------------------------ per-1x128 ("block128") outer scale
+// s_out = amax128 / bound / target (two divisions, left to right), not rounded; 0 -> 1.
+FP4_HD float nvfp4_block128_outer(float amax128, bool four_over_six, float target) {
+  const float bound = four_over_six ? kFourOverSixTensorBound : kE4m3Max;
+  const float t = four_over_six ? kNvfp4Target : target;
+  float s_out = amax128 / bound / t;
+  if (s_out == 0.0f) s_out = 1.0f;
+  return s_out;
+}
+
+// Inner scale: t = amax16 / s_out / target; E4M3_RNE(t); t == 0 -> 2^-9 (code 0x01).
+FP4_HD uint8_t nvfp4_scale_block128(float amax16, float s_out, float target) {
+  const float t = amax16 / s_out / target;
+  return t == 0.0f ? uint8_t{0x01} : e4m3_encode(t);
+}
+
+// Element code with block128 scales: E2M1(|x| / p) with p = s_in * s_out (a true division; p == 0 -> 0).
+FP4_HD uint8_t nvfp4_encode_block128(float x, float p, bool stochastic, uint32_t random) {
+  const uint8_t sign = sign_bit_e2m1(x);
+  if (p == 0.0f) return sign;
+  const float a = abs_f(x) / p;
+  return sign | (stochastic ? e2m1_sr_index(a, random) : e2m1_rtn_index(a));
+}
+
+// Four Over Six with block128 scales: as the tensor form, with s_out in place of S_dec. The error of a
+// candidate is measured against its dequantized value q * (s * s_out).
+FP4_HD uint8_t nvfp4_scale_block128_4o6(const float* v, float amax16, float s_out) {
+  const float base = amax16 / s_out / 6.0f;
+  const uint8_t s4 = e4m3_encode(min_f(base * 1.5f, kE4m3Max));
+  const uint8_t s6 = e4m3_encode(min_f(base, kE4m3Max));
+  float err[2] = {0.0f, 0.0f};
+  const uint8_t cand[2] = {s4, s6};
+FP4_UNROLL
+  for (int c = 0; c < 2; ++c) {
+    const float p = e4m3_decode(cand[c]) * s_out;
+FP4_UNROLL
+    for (int i = 0; i < 16; ++i) {
+      const float q = e2m1_decode(nvfp4_encode_block128(v[i], p, false, 0));
+      const float d = add_rn(mul_rn(q, p), -v[i]);
+      err[c] = add_rn(err[c], mul_rn(d, d));
+    }
+  }
+  return err[0] < err[1] ? s4 : s6;
+}
+
+FP4_HD float nvfp4_decode_block128(uint8_t code, uint8_t scale_code, float s_out) {
+  return e2m1_decode(code) * (e4m3_decode(scale_code) * s_out);
+}
+
+// ------------------------------------------------------------------ helpers shared by the tensor loops
+// Max |v| over finite elements, and whether any element is NaN or infinite.
+FP4_HD float amax_finite16(const float* v, bool& nonfinite) {
+  float m = 0.0f;
+FP4_UNROLL
+  for (int i = 0; i < 16; ++i) {
+    if (is_finite_f(v[i]))
+      m = max_f(m, abs_f(v[i]));
+    else
+      nonfinite = true;
+  }
+  return m;
+}
+
+FP4_HD uint8_t pack_e2m1(uint8_t even, uint8_t odd) { return static_cast<uint8_t>((even & 0xF) | (odd << 4)); }
+
+}  // namespace fp4
