@@ -35,8 +35,8 @@ constexpr std::array<std::pair<OuterScale, const char*>, 2> kOuters{
 constexpr std::array<std::pair<Rounding, const char*>, 2> kRoundings{{{Rounding::kRtn, "rtn"}, {Rounding::kSr, "sr"}}};
 constexpr std::array<std::pair<FourOverSix, const char*>, 2> kFos{
     {{FourOverSix::kOff, "off"}, {FourOverSix::kMse, "mse"}}};
-constexpr std::array<std::pair<QuantSource, const char*>, 2> kSources{
-    {{QuantSource::kOriginal, "original"}, {QuantSource::kAligned, "aligned"}}};
+constexpr std::array<std::pair<QuantSource, const char*>, 3> kSources{
+    {{QuantSource::kOriginal, "original"}, {QuantSource::kAligned, "aligned"}, {QuantSource::kReuse, "reuse"}}};
 
 }  // namespace
 
@@ -62,6 +62,7 @@ std::string describe(const QuantSpec& s) {
   if (s.four_over_six == FourOverSix::kMse) out += " 4/6";
   if (s.sr_headroom) out += " headroom";
   if (s.source == QuantSource::kAligned) out += " aligned";
+  if (s.source == QuantSource::kReuse) out += " reuse";
   return out;
 }
 

@@ -11,7 +11,10 @@ enum class BlockShape : uint8_t { k1x16, k16x16 };
 enum class OuterScale : uint8_t { kTensor, kBlock128 };
 enum class Rounding : uint8_t { kRtn, kSr };
 enum class FourOverSix : uint8_t { kOff, kMse };
-enum class QuantSource : uint8_t { kOriginal, kAligned };
+// Where a backward operand comes from: the high-precision tensor (`original`), the forward-quantized
+// tensor dequantized, transposed and re-quantized (`aligned`), or the forward-quantized values themselves,
+// transposed (`reuse`: only where 16x16 blocks make X^ and X^^T the same values).
+enum class QuantSource : uint8_t { kOriginal, kAligned, kReuse };
 
 struct QuantSpec {
   QuantFormat format = QuantFormat::kNone;

@@ -178,6 +178,8 @@ float amax_nvfp4_input(const float* x, int64_t rows, int64_t cols, const QuantSp
 DualQuant quantize_dual(const float* x, int64_t rows, int64_t cols, const QuantSpec& spec_rows,
                         const QuantRandomness& rnd_rows, const QuantSpec& spec_cols,
                         const QuantRandomness& rnd_cols) {
+  FP4_CHECK(spec_cols.source != QuantSource::kReuse,
+            "quantize_dual: source = reuse needs no second quantization (use the row-wise operand transposed)");
   DualQuant d;
   d.rows = quantize_nvfp4(x, rows, cols, spec_rows, rnd_rows);
   std::vector<float> src(rows * cols);
