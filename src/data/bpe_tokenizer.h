@@ -4,8 +4,10 @@
 
 #include <array>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -52,9 +54,13 @@ class BpeTokenizer final : public Tokenizer {
   // Piece -> ids, sharded so threads rarely wait on each other; a shard is cleared when full.
   static constexpr size_t kCacheShards = 64;
   static constexpr size_t kCacheShardEntries = 1 << 14;
+  struct PieceHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   struct CacheShard {
     std::mutex mu;
-    std::unordered_map<std::string, std::vector<int32_t>> map;
+    std::unordered_map<std::string, std::vector<int32_t>, PieceHash, std::equal_to<>> map;
   };
 
   std::string source_;
