@@ -124,7 +124,8 @@ FP4_HD uint8_t ue8m0_ceil_log2(float r) {
   if (!(r > 0.0f)) return 0;
   const uint32_t b = float_bits(r);
   int e = static_cast<int>((b >> 23) & 0xFF);
-  if (e == 0) return 0;                   // subnormal r: below 2^-126, clamp to 2^-127
+  // Subnormal r = m * 2^-149 < 2^-126: 2^-126 if r > 2^-127 (m > 2^22), else clamp to 2^-127.
+  if (e == 0) return (b & 0x7FFFFFu) > 0x400000u ? 1 : 0;
   if ((b & 0x7FFFFFu) != 0) e += 1;       // not a power of two: round the exponent up
   return static_cast<uint8_t>(e > 254 ? 254 : e);
 }
