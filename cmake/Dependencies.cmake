@@ -21,7 +21,7 @@ endif()
 # toml++: Debian ships it as a shared library; elsewhere its headers work header-only.
 find_package(tomlplusplus QUIET)
 if(NOT TARGET tomlplusplus::tomlplusplus)
-  find_path(FP4_TOMLPP_INCLUDE toml++/toml.hpp HINTS ${FP4_CARRY_INCLUDE} REQUIRED)
+  find_path(FP4_TOMLPP_INCLUDE toml++/toml.h HINTS ${FP4_CARRY_INCLUDE} REQUIRED)
   add_library(tomlplusplus::tomlplusplus INTERFACE IMPORTED)
   target_include_directories(tomlplusplus::tomlplusplus INTERFACE ${FP4_TOMLPP_INCLUDE})
   target_compile_definitions(tomlplusplus::tomlplusplus INTERFACE TOML_HEADER_ONLY=1)

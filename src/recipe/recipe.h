@@ -33,6 +33,7 @@ std::string to_string(LinearKind k);
 
 struct Recipe {
   std::string name = "bf16";
+  std::string description;
   LinearPolicy linear;              // applied to every quantized linear
   std::vector<int> bf16_layers;     // block indices kept in BF16; negative counts from the end
   std::string optimizer = "adamw";  // adamw (q-adamw, root, q-root later)

@@ -1,0 +1,262 @@
+#include "recipe/recipe_io.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "core/error.h"
+
+namespace fp4 {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kOperandKeys[kNumOperands] = {"q1", "q2", "q3", "q4", "q5", "q6"};
+const char* const kOperandNames[kNumOperands] = {"Q1 (X)",   "Q2 (W)",    "Q3 (dY for dX)",
+                                                 "Q4 (W^T)", "Q5 (dY^T)", "Q6 (X^T)"};
+
+int operand_index(const std::string& key, const std::string& origin) {
+  for (int i = 0; i < kNumOperands; ++i)
+    if (key == kOperandKeys[i]) return i;
+  FP4_THROW(origin, ": unknown operand 'linear.", key, "' (expected q1..q6)");
+}
+
+// Sets one QuantSpec field from its text form.
+void set_spec_field(QuantSpec& s, const std::string& field, const std::string& value, const std::string& where) {
+  if (field == "format") s.format = parse_quant_format(value, where);
+  else if (field == "block") s.block = parse_block_shape(value, where);
+  else if (field == "outer") s.outer = parse_outer_scale(value, where);
+  else if (field == "rounding") s.rounding = parse_rounding(value, where);
+  else if (field == "four_over_six") s.four_over_six = parse_four_over_six(value, where);
+  else if (field == "source") s.source = parse_quant_source(value, where);
+  else if (field == "rht") {
+    char* end = nullptr;
+    const long n = std::strtol(value.c_str(), &end, 10);
+    FP4_CHECK(end && *end == '\0' && !value.empty(), where, ": expected an integer, got '", value, "'");
+    s.rht_n = static_cast<int>(n);
+  } else if (field == "sr_headroom") {
+    FP4_CHECK(value == "true" || value == "false", where, ": expected true or false, got '", value, "'");
+    s.sr_headroom = value == "true";
+  } else {
+    FP4_THROW(where, ": unknown key (expected format, block, outer, rounding, rht, four_over_six, source, "
+                     "sr_headroom)");
+  }
+}
+
+std::string node_text(const toml::node& n, const std::string& where) {
+  if (auto v = n.value<std::string>()) return *v;
+  if (auto v = n.value<int64_t>()) return std::to_string(*v);
+  if (auto v = n.value<bool>()) return *v ? "true" : "false";
+  FP4_THROW(where, ": expected a string, integer or boolean");
+}
+
+std::vector<int> parse_layer_list(const std::string& text, const std::string& where) {
+  std::vector<int> out;
+  std::string s;
+  for (char c : text)
+    if (c != '[' && c != ']' && c != ' ') s += c;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    FP4_CHECK(end && *end == '\0', where, ": '", item, "' is not a block index");
+    out.push_back(static_cast<int>(v));
+  }
+  return out;
+}
+
+void set_rht_signs(Recipe& r, const std::string& v, const std::string& where) {
+  FP4_CHECK(v == "fixed" || v == "per_call", where, ": expected 'fixed' or 'per_call', got '", v, "'");
+  r.linear.rht_fresh_signs = v == "per_call";
+}
+
+}  // namespace
+
+std::string recipe_directory() {
+  if (const char* env = std::getenv("FP4_RECIPE_DIR")) return env;
+  std::vector<fs::path> candidates = {fs::path("configs/recipes")};
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    candidates.push_back(exe.parent_path() / "../configs/recipes");
+    candidates.push_back(exe.parent_path() / "../../configs/recipes");
+  }
+#ifdef FP4_CONFIG_DIR
+  candidates.push_back(fs::path(FP4_CONFIG_DIR) / "recipes");
+#endif
+  for (const auto& c : candidates)
+    if (fs::is_directory(c, ec)) return fs::weakly_canonical(c, ec).string();
+  return "configs/recipes";
+}
+
+std::vector<std::string> recipe_preset_names() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(recipe_directory(), ec))
+    if (e.path().extension() == ".toml") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Recipe parse_recipe(const std::string& text, const std::string& origin) {
+  toml::table tbl;
+  try {
+    tbl = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << e;
+    FP4_THROW(origin, ": invalid TOML: ", os.str());
+  }
+  Recipe r;
+  r.name = "";
+  for (const auto& [k, node] : tbl) {
+    const std::string key(k.str());
+    const std::string where = origin + ": '" + key + "'";
+    if (key == "name") r.name = node_text(node, where);
+    else if (key == "description") r.description = node_text(node, where);
+    else if (key == "optimizer") r.optimizer = node_text(node, where);
+    else if (key == "bf16_layers") {
+      const toml::array* arr = node.as_array();
+      FP4_CHECK(arr, where, ": expected an array of block indices, e.g. [0, -1]");
+      for (const auto& el : *arr) {
+        auto v = el.value<int64_t>();
+        FP4_CHECK(v.has_value(), where, ": entries must be integers");
+        r.bf16_layers.push_back(static_cast<int>(*v));
+      }
+    } else if (key == "linear") {
+      const toml::table* lin = node.as_table();
+      FP4_CHECK(lin, where, ": expected a table");
+      for (const auto& [lk, lnode] : *lin) {
+        const std::string lkey(lk.str());
+        const std::string lwhere = origin + ": 'linear." + lkey + "'";
+        if (lkey == "rht_signs") {
+          set_rht_signs(r, node_text(lnode, lwhere), lwhere);
+          continue;
+        }
+        const int op = operand_index(lkey, origin);
+        const toml::table* st = lnode.as_table();
+        FP4_CHECK(st, lwhere, ": expected a table of quantizer fields");
+        QuantSpec spec;
+        for (const auto& [fk, fnode] : *st) {
+          const std::string fw = lwhere.substr(0, lwhere.size() - 1) + "." + std::string(fk.str()) + "'";
+          set_spec_field(spec, std::string(fk.str()), node_text(fnode, fw), fw);
+        }
+        r.linear.q[op] = spec;
+      }
+    } else {
+      FP4_THROW(origin, ": unknown key '", key, "' (expected name, description, optimizer, bf16_layers, linear)");
+    }
+  }
+  FP4_CHECK(!r.name.empty(), origin, ": missing 'name'");
+  return r;
+}
+
+void apply_recipe_override(Recipe& r, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  FP4_CHECK(eq != std::string::npos, "recipe override '", assignment, "': expected key=value");
+  std::string key = assignment.substr(0, eq);
+  const std::string value = assignment.substr(eq + 1);
+  if (key.rfind("recipe.", 0) == 0) key = key.substr(7);
+  const std::string where = "recipe override '" + assignment + "'";
+  if (key == "name") r.name = value;
+  else if (key == "optimizer") r.optimizer = value;
+  else if (key == "bf16_layers") r.bf16_layers = parse_layer_list(value, where);
+  else if (key == "linear.rht_signs") set_rht_signs(r, value, where);
+  else if (key.rfind("linear.", 0) == 0) {
+    const std::string rest = key.substr(7);
+    const auto dot = rest.find('.');
+    FP4_CHECK(dot != std::string::npos, where, ": expected linear.qN.field");
+    const int op = operand_index(rest.substr(0, dot), where);
+    set_spec_field(r.linear.q[op], rest.substr(dot + 1), value, where);
+  } else {
+    FP4_THROW(where, ": unknown key '", key, "' (expected name, optimizer, bf16_layers, linear.rht_signs, ",
+              "linear.q1..q6.<field>)");
+  }
+}
+
+void validate(const Recipe& r) {
+  const LinearPolicy& p = r.linear;
+  for (int i = 0; i < kNumOperands; ++i) {
+    const QuantSpec& s = p.q[i];
+    const std::string what = "recipe '" + r.name + "' " + kOperandNames[i];
+    FP4_CHECK(s.format != QuantFormat::kMxfp8, what,
+              ": mxfp8 is the format of OutControl's outlier channels, not of a whole linear operand");
+    validate(s, what);
+  }
+  const auto& q1 = p[Operand::kQ1X];
+  const auto& q2 = p[Operand::kQ2W];
+  const auto& q3 = p[Operand::kQ3dY];
+  const auto& q4 = p[Operand::kQ4Wt];
+  const auto& q5 = p[Operand::kQ5dYt];
+  const auto& q6 = p[Operand::kQ6Xt];
+  const std::string name = "recipe '" + r.name + "'";
+  FP4_CHECK(q1.source == QuantSource::kOriginal && q2.source == QuantSource::kOriginal &&
+                q3.source == QuantSource::kOriginal && q5.source == QuantSource::kOriginal,
+            name, ": only Q4 (W^T) and Q6 (X^T) can have source aligned or reuse");
+  // The two operands of a GEMM are transformed with the same signs, so their RHT sizes must agree.
+  FP4_CHECK(q1.rht_n == q2.rht_n, name, ": Q1 and Q2 (forward GEMM) need the same rht (", q1.rht_n, " vs ",
+            q2.rht_n, ")");
+  FP4_CHECK(q3.rht_n == q4.rht_n, name, ": Q3 and Q4 (dX GEMM) need the same rht (", q3.rht_n, " vs ", q4.rht_n,
+            ")");
+  FP4_CHECK(q5.rht_n == q6.rht_n, name, ": Q5 and Q6 (dW GEMM) need the same rht (", q5.rht_n, " vs ", q6.rht_n,
+            ")");
+  auto check_reuse = [&](const QuantSpec& bwd, const QuantSpec& fwd, const char* b, const char* f) {
+    if (bwd.source == QuantSource::kReuse) {
+      FP4_CHECK(fwd.quantized() && fwd.block == BlockShape::k16x16 && fwd.rht_n == 0 && bwd.rht_n == 0, name, ": ",
+                b, " = reuse needs ", f, " quantized with 16x16 blocks and no RHT on either");
+    }
+    if (bwd.source == QuantSource::kAligned)
+      FP4_CHECK(fwd.quantized(), name, ": ", b, " = aligned re-quantizes ", f, ", which is not quantized");
+  };
+  check_reuse(q4, q2, "Q4", "Q2");
+  check_reuse(q6, q1, "Q6", "Q1");
+  FP4_CHECK(r.optimizer == "adamw", name, ": optimizer '", r.optimizer, "' is not available (available: adamw)");
+}
+
+Recipe load_recipe(const std::string& name_or_path, const std::vector<std::string>& overrides) {
+  fs::path path(name_or_path);
+  std::error_code ec;
+  if (!(path.extension() == ".toml" && fs::exists(path, ec))) {
+    path = fs::path(recipe_directory()) / (name_or_path + ".toml");
+    if (!fs::exists(path, ec)) {
+      std::string known;
+      for (const auto& n : recipe_preset_names()) known += (known.empty() ? "" : ", ") + n;
+      FP4_THROW("unknown recipe '", name_or_path, "' (presets in ", recipe_directory(), ": ",
+                known.empty() ? "none found" : known, ")");
+    }
+  }
+  std::ifstream in(path);
+  FP4_CHECK(in, "cannot read recipe file ", path.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Recipe r = parse_recipe(ss.str(), path.string());
+  for (const auto& o : overrides) apply_recipe_override(r, o);
+  validate(r);
+  return r;
+}
+
+std::string to_toml(const Recipe& r) {
+  std::ostringstream os;
+  os << "name = \"" << r.name << "\"\n";
+  if (!r.description.empty()) os << "description = \"" << r.description << "\"\n";
+  os << "optimizer = \"" << r.optimizer << "\"\nbf16_layers = [";
+  for (size_t i = 0; i < r.bf16_layers.size(); ++i) os << (i ? ", " : "") << r.bf16_layers[i];
+  os << "]\n\n[linear]\nrht_signs = \"" << (r.linear.rht_fresh_signs ? "per_call" : "fixed") << "\"\n";
+  for (int i = 0; i < kNumOperands; ++i) {
+    const QuantSpec& s = r.linear.q[i];
+    os << "\n[linear." << kOperandKeys[i] << "]\nformat = \"" << to_string(s.format) << "\"\n";
+    if (!s.quantized()) continue;
+    os << "block = \"" << to_string(s.block) << "\"\nouter = \"" << to_string(s.outer) << "\"\nrounding = \""
+       << to_string(s.rounding) << "\"\nrht = " << s.rht_n << "\nfour_over_six = \"" << to_string(s.four_over_six)
+       << "\"\nsource = \"" << to_string(s.source) << "\"\nsr_headroom = " << (s.sr_headroom ? "true" : "false")
+       << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace fp4
