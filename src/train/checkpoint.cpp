@@ -1,0 +1,232 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
+#include "train/file_io.h"
+#include "train/safetensors.h"
+#include "train/sha256.h"
+
+namespace fp4 {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kStateFile = "state.safetensors";
+constexpr const char* kTrainerFile = "trainer.json";
+constexpr const char* kManifestFile = "manifest.json";
+constexpr const char* kLatestFile = "latest";
+constexpr const char* kTempPrefix = ".tmp-";
+
+// step_NNNNNN -> NNNNNN, or -1 for any other name.
+int64_t step_of(const std::string& name) {
+  constexpr std::string_view kPrefix = "step_";
+  if (name.rfind(kPrefix, 0) != 0 || name.size() == kPrefix.size()) return -1;
+  int64_t v = 0;
+  for (size_t i = kPrefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    v = v * 10 + (name[i] - '0');
+  }
+  return v;
+}
+
+std::vector<StateTensor> parameter_tensors(const TrainingEngine& engine) {
+  std::vector<StateTensor> out;
+  for (const auto& p : engine.parameters()) {
+    std::vector<float> values(static_cast<size_t>(p.numel()));
+    engine.read_parameter(p.name, values);
+    out.push_back(make_f32_tensor(p.name, p.shape, values));
+  }
+  return out;
+}
+
+// Moves `from` to `to`; when `to` exists (the same step saved again) the two are swapped
+// atomically and the old one is removed afterwards.
+void move_into_place(const fs::path& from, const fs::path& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return;
+  if (errno == EEXIST) {
+    FP4_CHECK(::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0, to.string(),
+              ": cannot replace the existing checkpoint: ", std::strerror(errno));
+    fs::remove_all(from);
+    return;
+  }
+  // Filesystems without renameat2 flags: a plain rename works when the target does not exist.
+  FP4_CHECK(!fs::exists(to), to.string(), ": cannot replace the existing checkpoint on this filesystem");
+  std::error_code ec;
+  fs::rename(from, to, ec);
+  FP4_CHECK(!ec, to.string(), ": cannot move the new checkpoint into place: ", ec.message());
+}
+
+void prune(const fs::path& run_dir, int keep_last, const fs::path& keep_always) {
+  auto all = list_checkpoints(run_dir);
+  const int excess = static_cast<int>(all.size()) - std::max(keep_last, 1);
+  for (int i = 0; i < excess; ++i)
+    if (all[static_cast<size_t>(i)] != keep_always) fs::remove_all(all[static_cast<size_t>(i)]);
+}
+
+nlohmann::json file_entry(const fs::path& path) {
+  return {{"bytes", fs::file_size(path)}, {"sha256", sha256_file(path)}};
+}
+
+}  // namespace
+
+fs::path checkpoint_root(const fs::path& run_dir) { return run_dir / "checkpoints"; }
+
+std::string checkpoint_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%06lld", static_cast<long long>(step));
+  return buf;
+}
+
+fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEngine& engine,
+                         const nlohmann::json& trainer, const SaveOptions& options) {
+  FP4_CHECK(step >= 0, "save_checkpoint: negative step ", step);
+  FP4_CHECK(trainer.is_object() && trainer.contains("step") && trainer["step"] == step,
+            "save_checkpoint: trainer state must carry \"step\": ", step);
+  const auto stage = [&](const char* name) {
+    if (options.after_stage) options.after_stage(name);
+  };
+  const fs::path root = checkpoint_root(run_dir);
+  fs::create_directories(root);
+  // Leftovers of saves that were interrupted.
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.path().filename().string().rfind(kTempPrefix, 0) == 0) fs::remove_all(e.path());
+
+  const std::string name = checkpoint_name(step);
+  const fs::path tmp = root / (kTempPrefix + name + "-" + std::to_string(::getpid()));
+  fs::create_directory(tmp);
+
+  const std::vector<StateTensor> params = parameter_tensors(engine);
+  const SafetensorsMetadata meta = {{"format", "pt"}, {"step", std::to_string(step)},
+                                    {"model", engine.config().name}};
+  write_safetensors(tmp / kModelFile, params, meta);
+  stage("model");
+  write_safetensors(tmp / kStateFile, engine.save_state(), {{"step", std::to_string(step)}});
+  stage("state");
+  write_file_synced(tmp / kTrainerFile, trainer.dump(2) + "\n");
+  stage("trainer");
+  nlohmann::json manifest = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion}, {"step", step}};
+  for (const char* f : {kModelFile, kStateFile, kTrainerFile}) manifest["files"][f] = file_entry(tmp / f);
+  write_file_synced(tmp / kManifestFile, manifest.dump(2) + "\n");
+  fsync_directory(tmp);
+  stage("manifest");
+
+  const fs::path final_dir = root / name;
+  move_into_place(tmp, final_dir);
+  fsync_directory(root);
+  stage("renamed");
+  write_file_atomically(root / kLatestFile, name + "\n");
+  stage("latest");
+  prune(run_dir, options.keep_last, final_dir);
+  return final_dir;
+}
+
+std::vector<fs::path> list_checkpoints(const fs::path& run_dir) {
+  const fs::path root = checkpoint_root(run_dir);
+  std::vector<std::pair<int64_t, fs::path>> found;
+  if (!fs::is_directory(root)) return {};
+  for (const auto& e : fs::directory_iterator(root)) {
+    const int64_t s = step_of(e.path().filename().string());
+    if (s >= 0 && e.is_directory() && fs::exists(e.path() / kManifestFile)) found.emplace_back(s, e.path());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> out;
+  for (auto& [s, p] : found) out.push_back(std::move(p));
+  return out;
+}
+
+std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
+  const fs::path root = checkpoint_root(run_dir);
+  const fs::path pointer = root / kLatestFile;
+  if (!fs::exists(pointer)) {
+    // A crash between moving a checkpoint into place and writing the first `latest`.
+    const auto all = list_checkpoints(run_dir);
+    if (all.empty()) return std::nullopt;
+    return all.back();
+  }
+  std::string name = read_file(pointer);
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  FP4_CHECK(step_of(name) >= 0, pointer.string(), ": does not name a checkpoint (\"", name, "\")");
+  const fs::path dir = root / name;
+  FP4_CHECK(fs::is_directory(dir), pointer.string(), ": names ", name, " but ", dir.string(), " is missing");
+  return dir;
+}
+
+Checkpoint load_checkpoint(const fs::path& dir, bool with_state) {
+  FP4_CHECK(fs::is_directory(dir), dir.string(), ": checkpoint directory not found");
+  const fs::path manifest_path = dir / kManifestFile;
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(read_file(manifest_path));
+  } catch (const nlohmann::json::exception& e) {
+    FP4_THROW(manifest_path.string(), ": not valid JSON: ", e.what());
+  }
+  FP4_CHECK(manifest.is_object() && manifest.value("format", "") == kCheckpointFormat, manifest_path.string(),
+            ": not an fp4train checkpoint manifest");
+  FP4_CHECK(manifest.value("version", 0) == kCheckpointVersion, manifest_path.string(), ": unsupported version ",
+            manifest.value("version", 0));
+  FP4_CHECK(manifest.contains("files") && manifest["files"].is_object(), manifest_path.string(),
+            ": no \"files\" entry");
+  for (const char* f : {kModelFile, kStateFile, kTrainerFile}) {
+    const fs::path path = dir / f;
+    FP4_CHECK(manifest["files"].contains(f), manifest_path.string(), ": does not list ", f);
+    const auto& entry = manifest["files"][f];
+    FP4_CHECK(fs::is_regular_file(path), path.string(), ": missing");
+    const auto expected_bytes = entry.value("bytes", uint64_t{0});
+    const auto bytes = fs::file_size(path);
+    FP4_CHECK(bytes >= expected_bytes, path.string(), ": truncated: ", bytes, " bytes, the manifest says ",
+              expected_bytes);
+    FP4_CHECK(bytes == expected_bytes, path.string(), ": ", bytes, " bytes, the manifest says ", expected_bytes);
+    const std::string sha = sha256_file(path);
+    FP4_CHECK(sha == entry.value("sha256", ""), path.string(), ": checksum mismatch (sha256 ", sha,
+              ", the manifest says ", entry.value("sha256", "?"), ")");
+  }
+
+  Checkpoint ckpt;
+  ckpt.dir = dir;
+  const fs::path trainer_path = dir / kTrainerFile;
+  try {
+    ckpt.trainer = nlohmann::json::parse(read_file(trainer_path));
+  } catch (const nlohmann::json::exception& e) {
+    FP4_THROW(trainer_path.string(), ": not valid JSON: ", e.what());
+  }
+  FP4_CHECK(ckpt.trainer.is_object() && ckpt.trainer.contains("step") && ckpt.trainer["step"].is_number_integer(),
+            trainer_path.string(), ": missing integer field \"step\"");
+  FP4_CHECK(ckpt.trainer["step"] == manifest.value("step", int64_t{-1}), trainer_path.string(), ": step ",
+            ckpt.trainer["step"].dump(), " disagrees with the manifest's ", manifest.value("step", int64_t{-1}));
+  ckpt.model = read_safetensors(dir / kModelFile).tensors;
+  if (with_state) ckpt.state = read_safetensors(dir / kStateFile).tensors;
+  return ckpt;
+}
+
+void load_parameters(TrainingEngine& engine, const Checkpoint& ckpt) {
+  const std::string file = (ckpt.dir / kModelFile).string();
+  for (const auto& p : engine.parameters()) {
+    const auto it = std::find_if(ckpt.model.begin(), ckpt.model.end(),
+                                 [&](const StateTensor& t) { return t.name == p.name; });
+    FP4_CHECK(it != ckpt.model.end(), file, ": tensor '", p.name, "' is missing");
+    FP4_CHECK(it->shape == p.shape, file, ": tensor '", p.name, "' has shape ",
+              nlohmann::json(it->shape).dump(), ", the model expects ", nlohmann::json(p.shape).dump());
+    FP4_CHECK(it->dtype == "F32", file, ": tensor '", p.name, "' has dtype ", it->dtype, ", expected F32");
+    engine.write_parameter(p.name, f32_values(*it));
+  }
+}
+
+void restore_engine(TrainingEngine& engine, const Checkpoint& ckpt) {
+  FP4_CHECK(!ckpt.state.empty(), (ckpt.dir / kStateFile).string(), ": no state loaded");
+  load_parameters(engine, ckpt);
+  try {
+    engine.load_state(ckpt.state);
+  } catch (const Error& e) {
+    FP4_THROW((ckpt.dir / kStateFile).string(), ": ", e.what());
+  }
+}
+
+}  // namespace fp4

@@ -1,0 +1,69 @@
+// Checkpoints: <run dir>/checkpoints/step_NNNNNN/ holding
+//   model.safetensors   the parameters (F32), for eval, sampling and export
+//   state.safetensors   TrainingEngine::save_state(): everything needed to resume bit for bit
+//   trainer.json        step, tokens, loader state, seed, elapsed time, config hash, the run config
+//   manifest.json       byte size and SHA-256 of each file above, checked at load
+// and <run dir>/checkpoints/latest naming the newest complete one. A save writes into a temp dir,
+// fsyncs, renames it into place, then replaces `latest` atomically: an interrupted save never
+// damages the previous checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/engine.h"
+
+namespace fp4 {
+
+inline constexpr const char* kCheckpointFormat = "fp4train-checkpoint";
+inline constexpr int kCheckpointVersion = 1;
+
+std::filesystem::path checkpoint_root(const std::filesystem::path& run_dir);  // <run dir>/checkpoints
+std::string checkpoint_name(int64_t step);                                    // "step_000120"
+
+struct SaveOptions {
+  int keep_last = 3;  // complete checkpoints kept after this save (the newest ones)
+  // Test hook: called after each stage of a save ("model", "state", "trainer", "manifest", "renamed",
+  // "latest"); a throw from it simulates a crash at that point.
+  std::function<void(const std::string& stage)> after_stage;
+};
+
+// Saves the engine's parameters and state with `trainer` as trainer.json (its "step" must equal
+// `step`); returns the checkpoint directory.
+std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step,
+                                      const TrainingEngine& engine, const nlohmann::json& trainer,
+                                      const SaveOptions& options = {});
+
+// The checkpoint `latest` names; nullopt when the run dir has none. Throws fp4::Error when
+// `latest` names a directory that does not exist.
+std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);
+
+// The complete checkpoints of a run dir (those with a manifest), oldest first.
+std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& run_dir);
+
+struct Checkpoint {
+  std::filesystem::path dir;
+  nlohmann::json trainer;
+  std::vector<StateTensor> model;  // parameters, F32
+  std::vector<StateTensor> state;  // engine state
+  int64_t step() const { return trainer.at("step").get<int64_t>(); }
+};
+
+// Reads and verifies a checkpoint: manifest, sizes, SHA-256 of every file, safetensors structure,
+// trainer.json fields. `with_state = false` skips reading state.safetensors (its checksum is still
+// checked). Throws fp4::Error naming the file and the fault (missing, truncated, checksum mismatch, ...).
+Checkpoint load_checkpoint(const std::filesystem::path& dir, bool with_state = true);
+
+// Writes the checkpoint's parameters into the engine, checking that every engine parameter is
+// present with the same shape (errors name the checkpoint file and the tensor).
+void load_parameters(TrainingEngine& engine, const Checkpoint& ckpt);
+// Restores parameters and the full engine state (load_parameters, then load_state).
+void restore_engine(TrainingEngine& engine, const Checkpoint& ckpt);
+
+}  // namespace fp4

@@ -1,0 +1,180 @@
+#include "train/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "train/file_io.h"
+
+namespace fp4 {
+
+// The format is little-endian; raw tensor bytes are copied as they are in memory.
+static_assert(std::endian::native == std::endian::little, "fp4train assumes a little-endian host");
+
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
+
+int64_t element_count(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+const StateTensor& SafetensorsContent::get(const std::string& name, const std::string& file) const {
+  for (const auto& t : tensors)
+    if (t.name == name) return t;
+  FP4_THROW(file, ": tensor '", name, "' is missing");
+}
+
+size_t safetensors_dtype_size(const std::string& dtype) {
+  static const std::map<std::string, size_t> kSizes = {
+      {"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2}, {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I64", 8}, {"I32", 4},
+      {"I16", 2}, {"I8", 1},  {"U64", 8},  {"U32", 4},  {"U16", 2},     {"U8", 1},      {"BOOL", 1}};
+  const auto it = kSizes.find(dtype);
+  FP4_CHECK(it != kSizes.end(), "unknown safetensors dtype '", dtype, "'");
+  return it->second;
+}
+
+void write_safetensors(const std::filesystem::path& path, std::span<const StateTensor> tensors,
+                       const SafetensorsMetadata& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  std::set<std::string> names;
+  uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    FP4_CHECK(t.name != "__metadata__" && !t.name.empty(), path.string(), ": invalid tensor name '", t.name, "'");
+    FP4_CHECK(names.insert(t.name).second, path.string(), ": duplicate tensor '", t.name, "'");
+    for (int64_t d : t.shape) FP4_CHECK(d >= 0, path.string(), ": tensor '", t.name, "' has a negative dimension");
+    const uint64_t expected = static_cast<uint64_t>(element_count(t.shape)) * safetensors_dtype_size(t.dtype);
+    FP4_CHECK(expected == t.bytes.size(), path.string(), ": tensor '", t.name, "' ", t.dtype, shape_text(t.shape),
+              " needs ", expected, " bytes, has ", t.bytes.size());
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + expected}}};
+    offset += expected;
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  uint8_t length[8];
+  const uint64_t n = text.size();
+  std::memcpy(length, &n, 8);
+
+  std::vector<std::span<const uint8_t>> parts;
+  parts.emplace_back(length, 8);
+  parts.emplace_back(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  for (const auto& t : tensors) parts.emplace_back(t.bytes.data(), t.bytes.size());
+  write_file_synced(path, parts);
+}
+
+SafetensorsContent read_safetensors(const std::filesystem::path& path) {
+  const std::string file = path.string();
+  const std::string raw = read_file(path);
+  FP4_CHECK(raw.size() >= 8, file, ": truncated: ", raw.size(), " bytes, shorter than the 8-byte header length");
+  uint64_t header_bytes = 0;
+  std::memcpy(&header_bytes, raw.data(), 8);
+  FP4_CHECK(header_bytes <= kMaxHeaderBytes, file, ": header length ", header_bytes, " is implausible (corrupt file)");
+  FP4_CHECK(header_bytes <= raw.size() - 8, file, ": truncated: header says ", header_bytes,
+            " bytes but the file has ", raw.size() - 8, " after the length");
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(raw.begin() + 8, raw.begin() + 8 + static_cast<std::ptrdiff_t>(header_bytes));
+  } catch (const nlohmann::json::exception& e) {
+    FP4_THROW(file, ": header is not valid JSON: ", e.what());
+  }
+  FP4_CHECK(header.is_object(), file, ": header is not a JSON object");
+
+  const uint64_t data_bytes = raw.size() - 8 - header_bytes;
+  const char* data = raw.data() + 8 + header_bytes;
+  SafetensorsContent content;
+  struct Range {
+    uint64_t begin, end;
+    size_t index;
+  };
+  std::vector<Range> ranges;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      FP4_CHECK(entry.is_object(), file, ": __metadata__ is not an object");
+      for (const auto& [k, v] : entry.items()) {
+        FP4_CHECK(v.is_string(), file, ": __metadata__ value of '", k, "' is not a string");
+        content.metadata[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = file + ": tensor '" + name + "'";
+    FP4_CHECK(entry.is_object(), where, ": entry is not an object");
+    FP4_CHECK(entry.contains("dtype") && entry["dtype"].is_string(), where, ": missing dtype");
+    FP4_CHECK(entry.contains("shape") && entry["shape"].is_array(), where, ": missing shape");
+    FP4_CHECK(entry.contains("data_offsets") && entry["data_offsets"].is_array() && entry["data_offsets"].size() == 2,
+              where, ": missing data_offsets [begin, end]");
+    StateTensor t;
+    t.name = name;
+    t.dtype = entry["dtype"].get<std::string>();
+    size_t elem = 0;
+    try {
+      elem = safetensors_dtype_size(t.dtype);
+    } catch (const Error& e) {
+      FP4_THROW(where, ": ", e.what());
+    }
+    for (const auto& d : entry["shape"]) {
+      FP4_CHECK(d.is_number_unsigned(), where, ": shape entries must be non-negative integers");
+      t.shape.push_back(d.get<int64_t>());
+    }
+    const auto& off = entry["data_offsets"];
+    FP4_CHECK(off[0].is_number_unsigned() && off[1].is_number_unsigned(), where, ": data_offsets must be integers");
+    const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+    FP4_CHECK(begin <= end, where, ": data_offsets [", begin, ", ", end, "] are reversed");
+    FP4_CHECK(end <= data_bytes, file, ": truncated: tensor '", name, "' ends at data byte ", end, " but the file has ",
+              data_bytes, " data bytes");
+    const uint64_t expected = static_cast<uint64_t>(element_count(t.shape)) * elem;
+    FP4_CHECK(end - begin == expected, where, ": ", t.dtype, shape_text(t.shape), " needs ", expected,
+              " bytes but data_offsets span ", end - begin);
+    t.bytes.assign(data + begin, data + end);
+    ranges.push_back({begin, end, content.tensors.size()});
+    content.tensors.push_back(std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  uint64_t covered = 0;
+  for (const auto& r : ranges) {
+    FP4_CHECK(r.begin == covered, file, ": tensor '", content.tensors[r.index].name, "' starts at data byte ", r.begin,
+              r.begin < covered ? ", overlapping the previous tensor" : ", leaving a gap after the previous tensor");
+    covered = r.end;
+  }
+  FP4_CHECK(covered == data_bytes, file, ": ", data_bytes - covered, " trailing bytes after the last tensor");
+  // Data order, so a round trip gives the tensors back in the order they were written.
+  std::vector<StateTensor> ordered;
+  ordered.reserve(ranges.size());
+  for (const auto& r : ranges) ordered.push_back(std::move(content.tensors[r.index]));
+  content.tensors = std::move(ordered);
+  return content;
+}
+
+StateTensor make_f32_tensor(const std::string& name, std::vector<int64_t> shape, std::span<const float> values) {
+  FP4_CHECK(element_count(shape) == static_cast<int64_t>(values.size()), "tensor '", name, "': shape ",
+            shape_text(shape), " does not match ", values.size(), " values");
+  StateTensor t{name, "F32", std::move(shape), {}};
+  t.bytes.resize(values.size() * sizeof(float));
+  if (!values.empty()) std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+  return t;
+}
+
+std::vector<float> f32_values(const StateTensor& t) {
+  FP4_CHECK(t.dtype == "F32", "tensor '", t.name, "' has dtype ", t.dtype, ", expected F32");
+  FP4_CHECK(t.bytes.size() == static_cast<size_t>(element_count(t.shape)) * 4, "tensor '", t.name,
+            "' has ", t.bytes.size(), " bytes for shape ", shape_text(t.shape));
+  std::vector<float> v(t.bytes.size() / 4);
+  if (!v.empty()) std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
+  return v;
+}
+
+}  // namespace fp4

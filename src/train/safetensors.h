@@ -1,0 +1,46 @@
+// The safetensors format, written and read by hand:
+//   8 bytes   little-endian u64 N, the length of the JSON header
+//   N bytes   JSON: {"<name>": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+//             "__metadata__": {"<key>": "<string>"}}, padded with spaces to a multiple of 8
+//   ...       the data; offsets are relative to its start, tensors cover it without gaps or overlap
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/engine.h"
+
+namespace fp4 {
+
+using SafetensorsMetadata = std::map<std::string, std::string>;
+
+struct SafetensorsContent {
+  std::vector<StateTensor> tensors;  // in data order
+  SafetensorsMetadata metadata;
+
+  // The tensor of that name; throws fp4::Error naming `file` and the tensor when absent.
+  const StateTensor& get(const std::string& name, const std::string& file) const;
+};
+
+// Bytes per element of a safetensors dtype ("F32" -> 4, "BF16" -> 2, "U8" -> 1, ...); throws
+// fp4::Error for an unknown dtype.
+size_t safetensors_dtype_size(const std::string& dtype);
+
+// Writes and fsyncs the file. Throws fp4::Error naming the tensor whose byte count disagrees with
+// its dtype and shape, or a duplicate name.
+void write_safetensors(const std::filesystem::path& path, std::span<const StateTensor> tensors,
+                       const SafetensorsMetadata& metadata = {});
+
+// Reads and validates the whole file: every fault (truncated, bad header, unknown dtype, offsets
+// out of range, gaps, overlaps, trailing bytes) throws fp4::Error naming the file and the tensor.
+SafetensorsContent read_safetensors(const std::filesystem::path& path);
+
+// An F32 tensor from floats, and the floats back (checking dtype F32 and the element count).
+StateTensor make_f32_tensor(const std::string& name, std::vector<int64_t> shape, std::span<const float> values);
+std::vector<float> f32_values(const StateTensor& t);
+
+}  // namespace fp4
