@@ -72,6 +72,7 @@ class TrainingEngine {
   virtual StepStats evaluate(const Batch& batch) = 0;
 
   // Logits of the last position of each row of tokens [batch][seq]: out is [batch][vocab_size].
+  // Padded ids (>= vocab_real) are never predicted: their logits are -inf, as the loss treats them.
   virtual void last_logits(const Batch& batch, std::span<float> out) = 0;
 
   virtual std::vector<ParameterInfo> parameters() const = 0;

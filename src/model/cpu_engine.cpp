@@ -1,0 +1,238 @@
+#include "model/cpu_engine.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+#include "model/olmo2.h"
+#include "ops/ops.h"
+#include "optim/adamw.h"
+#include "optim/grad_clip.h"
+#include "tensor/tensor.h"
+
+namespace fp4 {
+
+namespace {
+
+constexpr const char* kMomentPrefix1 = "adamw.m.";
+constexpr const char* kMomentPrefix2 = "adamw.v.";
+constexpr const char* kStepName = "adamw.step";
+
+void check_batch(const Batch& b, const ModelConfig& cfg, const std::string& what) {
+  FP4_CHECK(b.batch > 0 && b.seq > 0, what, ": empty batch shape ", b.batch, " x ", b.seq);
+  FP4_CHECK(b.seq <= cfg.max_seq_len, what, ": seq ", b.seq, " exceeds max_seq_len ", cfg.max_seq_len);
+  const size_t n = static_cast<size_t>(b.batch) * static_cast<size_t>(b.seq);
+  FP4_CHECK(b.tokens.size() == n, what, ": ", b.tokens.size(), " tokens for shape ", b.batch, " x ", b.seq);
+  FP4_CHECK(b.targets.size() == n, what, ": ", b.targets.size(), " targets for shape ", b.batch, " x ", b.seq);
+  for (size_t i = 0; i < n; ++i)
+    FP4_CHECK(b.targets[i] < cfg.vocab_real, what, ": target ", b.targets[i], " at position ", i,
+              " is outside the vocabulary (", cfg.vocab_real, " ids)");
+}
+
+int64_t count_targets(const Batch& b) {
+  int64_t n = 0;
+  for (int32_t t : b.targets) n += t >= 0;
+  return n;
+}
+
+StateTensor f32_tensor(std::string name, const std::vector<int64_t>& shape, std::span<const float> data) {
+  StateTensor t{std::move(name), "F32", shape, std::vector<uint8_t>(data.size_bytes())};
+  std::memcpy(t.bytes.data(), data.data(), data.size_bytes());
+  return t;
+}
+
+class CpuEngine final : public TrainingEngine {
+ public:
+  CpuEngine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed)
+      : model_(cfg, checked(recipe)), adam_(model_.params()) {
+    model_.init_parameters(seed);
+  }
+
+  const ModelConfig& config() const override { return model_.config(); }
+  std::string device_name() const override { return "cpu"; }
+
+  StepStats train_step(std::span<const Batch> micro_batches, const StepHyper& hyper) override {
+    const int64_t step = adam_.step_count() + 1;
+    const std::string where = "train step " + std::to_string(step);
+    FP4_CHECK(!micro_batches.empty(), where, ": no micro-batches");
+    int64_t total = 0;
+    for (size_t i = 0; i < micro_batches.size(); ++i) {
+      check_batch(micro_batches[i], config(), where + " micro-batch " + std::to_string(i));
+      total += count_targets(micro_batches[i]);
+    }
+    FP4_CHECK(total > 0, where, ": no target tokens in ", micro_batches.size(), " micro-batches");
+
+    auto& params = model_.params();
+    params.zero_grads();
+    // Each token's loss is divided by the step's total token count: micro-batches are averaged by
+    // tokens, exactly as one large batch would be.
+    const float grad_scale = static_cast<float>(1.0 / static_cast<double>(total));
+    cpu::LossSums sums;
+    for (const Batch& mb : micro_batches) {
+      model_.forward(mb.tokens.data(), mb.batch, mb.seq);
+      const auto s = model_.loss(mb.targets.data(), true, grad_scale);
+      if (!std::isfinite(s.loss)) FP4_THROW(where, ": loss is ", s.loss, "; ", diagnose_forward());
+      sums.loss += s.loss;
+      sums.ce += s.ce;
+      sums.tokens += s.tokens;
+      model_.backward();
+    }
+    check_gradients(where);
+
+    StepStats stats;
+    stats.loss = sums.loss / static_cast<double>(total);
+    stats.ce_loss = sums.ce / static_cast<double>(total);
+    stats.tokens = total;
+    stats.grad_norm = global_grad_norm(params);
+    clip_grad_norm(params, stats.grad_norm, hyper.grad_clip);
+    adam_.step(params, hyper);
+    return stats;
+  }
+
+  StepStats evaluate(const Batch& batch) override {
+    check_batch(batch, config(), "evaluate");
+    model_.forward(batch.tokens.data(), batch.batch, batch.seq);
+    const auto s = model_.loss(batch.targets.data(), false, 0.0f);
+    StepStats stats;
+    stats.tokens = s.tokens;
+    if (s.tokens > 0) stats.loss = stats.ce_loss = s.ce / static_cast<double>(s.tokens);
+    return stats;
+  }
+
+  void last_logits(const Batch& batch, std::span<float> out) override {
+    FP4_CHECK(batch.batch > 0 && batch.seq > 0 && batch.tokens.size() == static_cast<size_t>(batch.batch) * batch.seq,
+              "last_logits: ", batch.tokens.size(), " tokens for shape ", batch.batch, " x ", batch.seq);
+    const size_t need = static_cast<size_t>(batch.batch) * static_cast<size_t>(config().vocab_size);
+    FP4_CHECK(out.size() == need, "last_logits: output holds ", out.size(), " floats, need ", need);
+    model_.forward(batch.tokens.data(), batch.batch, batch.seq);
+    model_.last_logits(out.data());
+  }
+
+  std::vector<ParameterInfo> parameters() const override {
+    std::vector<ParameterInfo> out;
+    const auto& ps = model_.params();
+    for (int i = 0; i < ps.size(); ++i) out.push_back(ps.at(i).info);
+    return out;
+  }
+
+  void read_parameter(const std::string& name, std::span<float> out) const override {
+    const auto& ps = model_.params();
+    const auto v = ps.value(ps.require(name));
+    FP4_CHECK(out.size() == v.size(), "read_parameter ", name, ": buffer of ", out.size(), " floats, need ",
+              v.size());
+    std::copy(v.begin(), v.end(), out.begin());
+  }
+
+  void write_parameter(const std::string& name, std::span<const float> in) override {
+    auto& ps = model_.params();
+    auto v = ps.value(ps.require(name));
+    FP4_CHECK(in.size() == v.size(), "write_parameter ", name, ": ", in.size(), " floats given, need ", v.size());
+    std::copy(in.begin(), in.end(), v.begin());
+  }
+
+  std::vector<StateTensor> save_state() const override {
+    std::vector<StateTensor> out;
+    const auto& ps = model_.params();
+    for (int i = 0; i < ps.size(); ++i) out.push_back(f32_tensor(ps.at(i).info.name, ps.at(i).info.shape, ps.value(i)));
+    for (int i = 0; i < ps.size(); ++i) {
+      const auto& p = ps.at(i);
+      const auto off = static_cast<size_t>(p.offset), n = static_cast<size_t>(p.info.numel());
+      out.push_back(f32_tensor(kMomentPrefix1 + p.info.name, p.info.shape, adam_.first_moment().subspan(off, n)));
+      out.push_back(f32_tensor(kMomentPrefix2 + p.info.name, p.info.shape, adam_.second_moment().subspan(off, n)));
+    }
+    StateTensor step{kStepName, "I64", {1}, std::vector<uint8_t>(sizeof(int64_t))};
+    const int64_t s = adam_.step_count();
+    std::memcpy(step.bytes.data(), &s, sizeof(s));
+    out.push_back(std::move(step));
+    return out;
+  }
+
+  // Tensors this engine does not know (a trainer's own entries) are left alone.
+  void load_state(const std::vector<StateTensor>& state) override {
+    std::map<std::string, const StateTensor*> by_name;
+    for (const auto& t : state) by_name[t.name] = &t;
+    auto find = [&](const std::string& name, const char* dtype,
+                    const std::vector<int64_t>& shape) -> const StateTensor& {
+      const auto it = by_name.find(name);
+      FP4_CHECK(it != by_name.end(), "load_state: tensor '", name, "' is missing");
+      const StateTensor& t = *it->second;
+      FP4_CHECK(t.dtype == dtype, "load_state: tensor '", name, "' has dtype ", t.dtype, ", expected ", dtype);
+      FP4_CHECK(t.shape == shape, "load_state: tensor '", name, "' has shape ", shape_string(t.shape),
+                ", expected ", shape_string(shape));
+      int64_t n = 1;
+      for (auto d : shape) n *= d;
+      const size_t elem = std::string(dtype) == "I64" ? 8 : 4;
+      FP4_CHECK(t.bytes.size() == static_cast<size_t>(n) * elem, "load_state: tensor '", name, "' holds ",
+                t.bytes.size(), " bytes, expected ", static_cast<size_t>(n) * elem);
+      return t;
+    };
+    auto& ps = model_.params();
+    // Check everything before changing anything, so a bad state leaves the engine as it was.
+    std::vector<const StateTensor*> values, m, v;
+    for (int i = 0; i < ps.size(); ++i) {
+      const auto& info = ps.at(i).info;
+      values.push_back(&find(info.name, "F32", info.shape));
+      m.push_back(&find(kMomentPrefix1 + info.name, "F32", info.shape));
+      v.push_back(&find(kMomentPrefix2 + info.name, "F32", info.shape));
+    }
+    const StateTensor& step = find(kStepName, "I64", {1});
+    int64_t s = 0;
+    std::memcpy(&s, step.bytes.data(), sizeof(s));
+    FP4_CHECK(s >= 0, "load_state: tensor '", kStepName, "' holds a negative step ", s);
+    for (int i = 0; i < ps.size(); ++i) {
+      const auto& p = ps.at(i);
+      const auto off = static_cast<size_t>(p.offset), n = static_cast<size_t>(p.info.numel());
+      std::memcpy(ps.value(i).data(), values[static_cast<size_t>(i)]->bytes.data(), n * 4);
+      std::memcpy(adam_.first_moment().data() + off, m[static_cast<size_t>(i)]->bytes.data(), n * 4);
+      std::memcpy(adam_.second_moment().data() + off, v[static_cast<size_t>(i)]->bytes.data(), n * 4);
+    }
+    adam_.set_step_count(s);
+  }
+
+ private:
+  static const Recipe& checked(const Recipe& recipe) {
+    FP4_CHECK(recipe.optimizer == "adamw", "recipe ", recipe.name, ": optimizer '", recipe.optimizer,
+              "' is not available in the CPU engine (adamw only)");
+    return recipe;
+  }
+
+  // Why the loss is not finite: a parameter holding NaN/Inf, else the first non-finite activation.
+  std::string diagnose_forward() const {
+    const auto& ps = model_.params();
+    for (int i = 0; i < ps.size(); ++i) {
+      const auto v = ps.value(i);
+      const int64_t at = cpu::first_nonfinite(v.data(), static_cast<int64_t>(v.size()));
+      if (at >= 0)
+        return "parameter " + ps.at(i).info.name + " holds a non-finite value (" + std::to_string(v[static_cast<size_t>(at)]) +
+               " at element " + std::to_string(at) + ")";
+    }
+    const std::string act = model_.first_nonfinite_activation();
+    if (!act.empty()) return "the first non-finite activation is the " + act;
+    return "all activations are finite: the logits overflow the loss";
+  }
+
+  // Gradients are scanned in backward order (LM head first), so the parameter named is the one
+  // closest to where the NaN/Inf entered the backward.
+  void check_gradients(const std::string& where) const {
+    const auto& ps = model_.params();
+    for (int i = ps.size(); i-- > 0;) {
+      const auto g = ps.grad(i);
+      const int64_t at = cpu::first_nonfinite(g.data(), static_cast<int64_t>(g.size()));
+      if (at >= 0)
+        FP4_THROW(where, ": non-finite gradient (", g[static_cast<size_t>(at)], ") in parameter ", ps.at(i).info.name,
+                  " at element ", at);
+    }
+  }
+
+  Olmo2Model model_;
+  AdamW adam_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainingEngine> make_cpu_engine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed) {
+  return std::make_unique<CpuEngine>(cfg, recipe, seed);
+}
+
+}  // namespace fp4

@@ -1,0 +1,73 @@
+// Olmo2Model: embedding, blocks, final RMSNorm, untied LM head and the cross-entropy + z-loss, with a
+// hand-written backward (llm.c style: every activation the backward needs is an explicit buffer,
+// sized once per (batch, seq) and reused).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "nn/block.h"
+#include "nn/parameters.h"
+#include "nn/workspace.h"
+#include "ops/ops.h"
+#include "recipe/recipe.h"
+#include "tensor/tensor.h"
+
+namespace fp4 {
+
+class Olmo2Model {
+ public:
+  // Parameters in order: embed, blocks.0.* .. blocks.{L-1}.*, final_norm, lm_head.
+  Olmo2Model(const ModelConfig& cfg, const Recipe& recipe);
+
+  const ModelConfig& config() const { return cfg_; }
+  ParameterSet& params() { return params_; }
+  const ParameterSet& params() const { return params_; }
+
+  // Truncated normal (std cfg.init_std) for matrices, ones for norm weights; parameter i draws from
+  // the RNG stream of (seed, i).
+  void init_parameters(uint64_t seed);
+
+  // Forward through the final norm for tokens [b][t] (checked against the vocabulary and max_seq_len).
+  void forward(const int32_t* tokens, int b, int t);
+
+  // LM head + cross-entropy over the forward's positions. With backward, the LM head's gradient and
+  // the gradient at the final norm's output are computed on the way (chunk by chunk, so the logits
+  // of all positions never exist at once), scaled by grad_scale, ready for backward().
+  cpu::LossSums loss(const int32_t* targets, bool backward, float grad_scale);
+
+  // Backward from the final norm to the embedding; parameter gradients accumulate.
+  void backward();
+
+  // Logits of the last position of each sequence: out [b][vocab_size]; padded ids (>= vocab_real) get -inf.
+  void last_logits(float* out);
+
+  // Names the first forward tensor holding a NaN/Inf ("embedding output", "blocks.1.attn output", ...),
+  // or returns "" when all are finite. For error messages.
+  std::string first_nonfinite_activation() const;
+
+ private:
+  void resize(int b, int t);
+
+  ModelConfig cfg_;
+  ParameterSet params_;
+  int embed_ = -1;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  int final_norm_ = -1;
+  int lm_head_ = -1;
+
+  int b_ = 0, t_ = 0;
+  std::vector<int32_t> tokens_;
+  std::vector<Tensor> residual_;  // [L+1] x [n][d]: residual_[0] embedding, residual_[l+1] block l output
+  Tensor xf_, rstd_f_;            // final norm output [n][d] and its 1/rms [n]
+  Tensor dxf_;                    // gradient at the final norm output
+  Tensor dres_[2];                // ping-pong gradients along the residual stream
+  Tensor logits_;                 // [rows per chunk][vocab]
+  RopeTables rope_;
+  Workspace ws_;
+};
+
+}  // namespace fp4

@@ -1,0 +1,34 @@
+#include "nn/mlp.h"
+
+#include "ops/ops.h"
+
+namespace fp4 {
+
+Mlp::Mlp(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg, const Recipe& recipe,
+         int layer)
+    : cfg_(cfg) {
+  gate_up_ = make_linear(params, {prefix + ".w_gate_up", cfg.d_model, 2 * cfg.d_ff,
+                                  recipe.policy_for(layer, cfg.n_layers, LinearKind::kGateUp), recipe.name});
+  down_ = make_linear(params, {prefix + ".w_down", cfg.d_ff, cfg.d_model,
+                               recipe.policy_for(layer, cfg.n_layers, LinearKind::kDown), recipe.name});
+}
+
+void Mlp::resize(int b, int t) {
+  n_ = b * t;
+  gu_.resize({n_, 2 * static_cast<int64_t>(cfg_.d_ff)});
+  act_.resize({n_, cfg_.d_ff});
+}
+
+void Mlp::forward(const float* x, float* y) {
+  gate_up_->forward(x, gu_.data(), n_);
+  cpu::swiglu_forward(act_.data(), gu_.data(), n_, cfg_.d_ff);
+  down_->forward(act_.data(), y, n_);
+}
+
+void Mlp::backward(const float* dy, float* dx, bool accumulate_dx, Workspace& ws) {
+  down_->backward(dy, ws.dact.data(), n_, false);
+  cpu::swiglu_backward(ws.dgu.data(), ws.dact.data(), gu_.data(), n_, cfg_.d_ff);
+  gate_up_->backward(ws.dgu.data(), dx, n_, accumulate_dx);
+}
+
+}  // namespace fp4

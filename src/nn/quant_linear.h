@@ -1,0 +1,59 @@
+// The quantized linear layer of RECIPES.md section 4 on the CPU (the reference for the CUDA path):
+// Y = Q1(X) Q2(W)^T; dX = Q3(dY) Q4(W^T)^T; dW = Q5(dY^T) Q6(X^T)^T, each Qi per the layer's policy.
+// The forward produces the backward operands (Q4, Q6) and keeps only them, packed.
+#pragma once
+
+#include <cstdint>
+
+#include "nn/quant_operand.h"
+#include "recipe/recipe.h"
+
+namespace fp4 {
+
+// Where a layer's random bits come from: the run seed, the layer's id and a call counter that the engine
+// advances once per forward (per micro-batch), so a resumed run draws the same bits.
+struct QuantContext {
+  uint64_t seed = 0;
+  uint64_t call = 0;
+};
+
+// RNG purposes inside one call of one layer.
+enum class QuantPurpose : uint32_t { kSrQ1 = 1, kSrQ2, kSrQ3, kSrQ4, kSrQ5, kSrQ6, kRhtDx, kRhtDw };
+
+class QuantLinearCpu {
+ public:
+  QuantLinearCpu(const LinearPolicy& policy, int in_features, int out_features, uint32_t layer_id,
+                 std::string name);
+
+  // y [n x out] = Q1(x) Q2(w)^T with w [out x in]. Saves the backward operands.
+  void forward(const float* x, const float* w, float* y, int n, const QuantContext& ctx);
+  // dx [n x in] (= or += when accumulate_dx), dw [out x in] += ... for the last forward.
+  void backward(const float* dy, float* dx, float* dw, int n, bool accumulate_dx);
+
+  // Bytes the forward kept for the backward (packed operands), for the memory accounting.
+  int64_t saved_bytes() const { return q4_.stored_bytes() + q6_.stored_bytes(); }
+  // Tests: keep the forward operands' values X^ = Q1(X), W^ = Q2(W) of the last call (off by default,
+  // since the layer must not keep high-precision copies).
+  void keep_forward_values(bool on) { keep_forward_values_ = on; }
+  const std::vector<float>& last_x_hat() const { return x_hat_; }
+  const std::vector<float>& last_w_hat() const { return w_hat_; }
+  uint64_t nonfinite_inputs() const { return nonfinite_; }
+
+ private:
+  QuantRandomness randomness(const QuantContext& ctx, QuantPurpose sr, QuantPurpose rht, int rht_n) const;
+
+  LinearPolicy policy_;
+  int in_, out_;
+  uint32_t layer_id_;
+  std::string name_;
+  // Saved by forward for backward.
+  QuantOperand q4_;  // W^T [in x out] along out; with source = reuse: Q2(W) [out x in] itself
+  QuantOperand q6_;  // X^T [in x n] along n;    with source = reuse: Q1(X) [n x in] itself
+  bool keep_forward_values_ = false;
+  std::vector<float> x_hat_, w_hat_;
+  QuantContext ctx_;
+  int saved_n_ = -1;
+  uint64_t nonfinite_ = 0;
+};
+
+}  // namespace fp4

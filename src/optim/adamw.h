@@ -1,0 +1,33 @@
+// AdamW over a ParameterSet: FP32 moments, bias correction, decoupled weight decay applied only to
+// parameters flagged for it (matrices except the embedding; never norms). PyTorch semantics.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "model/engine.h"
+#include "nn/parameters.h"
+
+namespace fp4 {
+
+class AdamW {
+ public:
+  explicit AdamW(const ParameterSet& params);
+
+  // One update with the gradients in `params`; increments step_count() first (bias correction
+  // uses the 1-based step). Hyper-parameters are checked (finite lr >= 0, betas in [0, 1), eps > 0).
+  void step(ParameterSet& params, const StepHyper& hyper);
+
+  int64_t step_count() const { return step_; }
+  void set_step_count(int64_t step);
+  std::span<float> first_moment() { return m_; }
+  std::span<const float> first_moment() const { return m_; }
+  std::span<float> second_moment() { return v_; }
+  std::span<const float> second_moment() const { return v_; }
+
+ private:
+  std::vector<float> m_, v_;
+  int64_t step_ = 0;
+};
+
+}  // namespace fp4
