@@ -1,0 +1,37 @@
+// `fp4train report RUN_DIRS...`: loss curves of several runs as one SVG picture and a comparison table
+// (validation loss and perplexity, gap to the BF16 run, fraction of the NVIDIA recipe's gap closed).
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace fp4 {
+
+struct RunSummary {
+  std::string dir;
+  std::string label;   // the recipe name (from recipe.toml), else the directory name
+  int64_t last_step = 0;
+  int64_t tokens = 0;
+  double final_train_loss = 0;  // mean over the last 5% of logged steps
+  double val_loss = 0, val_ppl = 0;  // the last evaluation (NaN when the run has none)
+  double tokens_per_s = 0;      // median over the logged steps
+  std::vector<double> train_tokens, train_loss;  // every logged train record
+  std::vector<double> val_tokens, val_losses;    // every evaluation
+};
+
+// Reads <dir>/metrics.jsonl (and recipe.toml for the label). Throws fp4::Error naming the file.
+RunSummary summarize_run(const std::filesystem::path& dir);
+
+struct ReportOptions {
+  std::filesystem::path svg_path = "loss_curves.svg";
+  std::string baseline = "bf16";          // label of the run the gaps are measured against
+  std::string reference = "nvidia-nvfp4";  // label whose gap the others are compared with
+  std::string title = "fp4train: loss curves";
+  double smoothing = 0.9;  // EMA factor for the training-loss lines
+};
+
+// Writes the SVG and returns the table (Markdown).
+std::string write_report(const std::vector<RunSummary>& runs, const ReportOptions& opt);
+
+}  // namespace fp4
