@@ -60,7 +60,9 @@ TEST(ScaleLayout, ConversionPlacesEveryScaleAndZeroPads) {
         real[off] = 1;
       }
     for (size_t k = 0; k < out.size(); ++k) {
-      if (!real[k]) ASSERT_EQ(out[k], 0) << "padding byte " << k << " of " << rows << "x" << cols;
+      if (!real[k]) {
+        ASSERT_EQ(out[k], 0) << "padding byte " << k << " of " << rows << "x" << cols;
+      }
     }
   }
 }
