@@ -112,6 +112,7 @@ TEST(CpuEngine, MicroBatchesAccumulateLikeOneBatch) {
   StepHyper h;
   h.lr = 1e-2f;
   h.grad_clip = 0.5f;
+  h.eps = 1.0f;  // update ~ lr * g: smooth in g, so summation-order rounding stays rounding-sized
   const std::vector<Batch> micro = {a, b};
   const StepStats s1 = e1->train_step(micro, h);
   const StepStats s2 = e2->train_step({&ab, 1}, h);
@@ -124,7 +125,7 @@ TEST(CpuEngine, MicroBatchesAccumulateLikeOneBatch) {
     num += std::pow(static_cast<double>(p1[i]) - p2[i], 2);
     den += std::pow(static_cast<double>(p2[i]), 2);
   }
-  EXPECT_LT(std::sqrt(num / den), 1e-5);  // summation order differs; AdamW amplifies it on tiny gradients
+  EXPECT_LT(std::sqrt(num / den), 1e-6);
 }
 
 TEST(CpuEngine, SaveLoadResumesBitForBit) {
