@@ -148,6 +148,7 @@ const std::vector<Field>& schema() {
     f.push_back(field("optim.total_tokens", &R::optim, &OptimConfig::total_tokens));
     f.push_back(field("optim.final_ratio", &R::optim, &OptimConfig::final_ratio));
     f.push_back(field("optim.decay_fraction", &R::optim, &OptimConfig::decay_fraction));
+    f.push_back(field("optim.decay_shape", &R::optim, &OptimConfig::decay_shape));
 
     f.push_back(field("train.seed", &R::train, &TrainConfig::seed));
     f.push_back(field("train.steps", &R::train, &TrainConfig::steps));
@@ -231,7 +232,9 @@ void collect_overrides(const toml::table& table, const std::string& prefix, cons
     if (const auto* sub = node.as_table()) {
       collect_overrides(*sub, key + ".", file, out);
     } else {
-      out.push_back(Entry{key, Value{}, origin_of(file, node), toml_text(node)});
+      // Strings go through bare ("16x16"), other values in TOML syntax ("[0, -1]").
+      const auto str = node.value<std::string>();
+      out.push_back(Entry{key, Value{}, origin_of(file, node), str ? *str : toml_text(node)});
     }
   }
 }
@@ -370,20 +373,21 @@ void apply_overrides(RunConfig& cfg, const std::vector<std::string>& overrides) 
   validate(cfg);
 }
 
-RunConfig load_run_config(const std::optional<std::filesystem::path>& file,
+RunConfig load_run_config(const std::vector<std::filesystem::path>& files,
                           const std::vector<std::string>& overrides) {
   RunConfig cfg = default_run_config();
   std::vector<Entry> entries;
-  if (file) {
-    const std::string name = file->string();
-    FP4_CHECK(std::filesystem::is_regular_file(*file), name, ": config file not found");
+  for (const auto& file : files) {
+    const std::string name = file.string();
+    FP4_CHECK(std::filesystem::is_regular_file(file), name, ": config file not found");
     toml::table root;
     try {
       root = toml::parse_file(name);
     } catch (const toml::parse_error& e) {
       FP4_THROW(name, ":", e.source().begin.line, ": invalid TOML: ", e.description());
     }
-    entries = entries_from_toml(root, name);
+    auto more = entries_from_toml(root, name);
+    entries.insert(entries.end(), more.begin(), more.end());
   }
   for (const auto& o : overrides) entries.push_back(entry_from_override(o));
   apply_entries(cfg, entries);
@@ -418,6 +422,8 @@ void validate(const RunConfig& c) {
   FP4_CHECK(o.final_ratio >= 0 && o.final_ratio <= 1, "optim.final_ratio must be in [0, 1], got ", o.final_ratio);
   FP4_CHECK(o.decay_fraction > 0 && o.decay_fraction <= 1, "optim.decay_fraction must be in (0, 1], got ",
             o.decay_fraction);
+  FP4_CHECK(o.decay_shape == "linear" || o.decay_shape == "1-sqrt", "optim.decay_shape must be linear or 1-sqrt, got '",
+            o.decay_shape, "'");
   FP4_CHECK(o.warmup <= c.schedule_steps(), "optim.warmup ", o.warmup, " is longer than the schedule (",
             c.schedule_steps(), " steps)");
   const auto& t = c.train;

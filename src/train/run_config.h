@@ -4,7 +4,6 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,20 +34,21 @@ struct OptimConfig {
   double weight_decay = 0.1;
   double grad_clip = 1.0;
   std::string schedule = "cosine";  // cosine | wsd | constant
-  int64_t warmup = 30;              // steps of linear warm-up
+  int64_t warmup = 20;              // steps of linear warm-up
   int64_t total_steps = 0;          // schedule length; 0: from total_tokens, else train.steps
   int64_t total_tokens = 0;
   double final_ratio = 0.1;         // final LR / peak LR (cosine, wsd)
   double decay_fraction = 0.2;      // wsd: the share of the schedule spent decaying
+  std::string decay_shape = "linear";  // wsd: linear | 1-sqrt
 };
 
 struct TrainConfig {
   uint64_t seed = 1;
-  int64_t steps = 600;       // train up to this step, then stop (the schedule may be longer)
+  int64_t steps = 400;       // train up to this step, then stop (the schedule may be longer)
   int log_every = 10;
-  int eval_every = 200;      // 0: only at the end
+  int eval_every = 100;      // 0: only at the end
   int eval_batches = 16;     // 0: the whole validation split
-  int ckpt_every = 300;      // 0: only at the end
+  int ckpt_every = 200;      // 0: only at the end
   int keep_checkpoints = 3;  // the newest K are kept
   std::string out_dir = "runs/tiny";
   std::string device = "cpu";  // cpu | cuda
@@ -78,10 +78,11 @@ struct RunConfig {
 // The built-in defaults: the `tiny` CPU run (configs/runs/tiny.toml holds the same values).
 RunConfig default_run_config();
 
-// Reads `file` (when given) over the defaults, then applies each "section.key=value" override.
-// Throws fp4::Error naming the file and line (or the --set argument) of an unknown key (with the
-// closest known key), a wrong type or an invalid value.
-RunConfig load_run_config(const std::optional<std::filesystem::path>& file,
+// Reads the files in order over the defaults (a later file overrides an earlier one; a model preset
+// named anywhere is applied first and explicit [model] fields refine it), then applies each
+// "section.key=value" override. Throws fp4::Error naming the file and line (or the --set argument)
+// of an unknown key (with the closest known key), a wrong type or an invalid value.
+RunConfig load_run_config(const std::vector<std::filesystem::path>& files,
                           const std::vector<std::string>& overrides = {});
 
 // Applies overrides to an existing config (same rules as load_run_config).

@@ -1,0 +1,72 @@
+// The subcommands of the fp4train program, as functions (apps/fp4train.cpp only parses arguments).
+// Each prints human output on stderr, results on stdout, and throws fp4::Error on failure.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/engine.h"
+#include "recipe/recipe.h"
+#include "train/run_config.h"
+#include "train/trainer.h"
+
+namespace fp4 {
+
+struct TrainArgs {
+  std::vector<std::filesystem::path> configs;  // later files override earlier ones
+  std::string recipe;                          // recipe.name, when given
+  std::string out;                             // train.out_dir, when given
+  std::vector<std::string> sets;               // section.key=value, applied last
+  bool resume = false;
+};
+// The run config the arguments describe (--recipe and --out before the --set overrides).
+RunConfig run_config_from_args(const TrainArgs& args);
+TrainResult train_command(const TrainArgs& args);
+
+struct PrepareArgs {
+  std::vector<std::filesystem::path> inputs;
+  std::vector<std::filesystem::path> val_inputs;
+  double val_fraction = 0;
+  std::string tokenizer;
+  std::filesystem::path out;
+  int threads = 0;
+  int64_t shard_tokens = int64_t{1} << 24;
+};
+void prepare_command(const PrepareArgs& args);
+
+// A model restored from a checkpoint for inference: its run config, recipe and engine.
+struct LoadedModel {
+  std::filesystem::path checkpoint;
+  RunConfig config;
+  Recipe recipe;
+  std::unique_ptr<TrainingEngine> engine;
+};
+// `path` is a checkpoint directory or a run directory (its latest checkpoint). device: "" keeps the
+// device the run was trained on.
+LoadedModel load_model(const std::filesystem::path& path, const std::string& device = "");
+
+struct EvalArgs {
+  std::filesystem::path checkpoint;
+  std::string data;     // prepared directory; empty: the run's validation directory
+  int64_t batches = 0;  // 0: the whole split
+  std::string device;
+};
+EvalResult eval_command(const EvalArgs& args);
+
+struct SampleArgs {
+  std::filesystem::path checkpoint;
+  std::string prompt;
+  int tokens = 200;
+  float temperature = 0.8f;
+  int top_k = 40;
+  uint64_t seed = 1;
+  std::string device;
+  std::string tokenizer;  // empty: the run's tokenizer (data.tokenizer, else its data manifest's)
+};
+// Prints the prompt and the generated text on stdout as it is produced; returns the generated text.
+std::string sample_command(const SampleArgs& args);
+
+}  // namespace fp4

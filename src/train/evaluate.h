@@ -1,0 +1,22 @@
+// Validation loss and perplexity over the held-out split.
+#pragma once
+
+#include <cstdint>
+
+#include "data/loader.h"
+#include "model/engine.h"
+
+namespace fp4 {
+
+struct EvalResult {
+  double loss = 0;        // token-weighted mean cross-entropy
+  double perplexity = 0;  // exp(loss)
+  int64_t tokens = 0;
+  int64_t batches = 0;
+};
+
+// Evaluates the first max_batches batches of the loader (0: all of them), from its start, so every
+// call sees the same tokens. Throws fp4::Error when the loss is not finite or no token was scored.
+EvalResult evaluate_split(TrainingEngine& engine, ValidationLoader& loader, int64_t max_batches);
+
+}  // namespace fp4

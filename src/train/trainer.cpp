@@ -1,0 +1,237 @@
+#include "train/trainer.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "recipe/recipe_io.h"
+#include "train/checkpoint.h"
+#include "train/data_setup.h"
+#include "train/engine_factory.h"
+#include "train/file_io.h"
+
+namespace fp4 {
+namespace fs = std::filesystem;
+
+LrSchedule make_lr_schedule(const RunConfig& cfg) {
+  const auto& o = cfg.optim;
+  LrSchedule s;
+  s.kind = parse_schedule_kind(o.schedule, "optim.schedule");
+  s.peak_lr = o.lr;
+  s.warmup_steps = o.warmup;
+  s.total_steps = cfg.schedule_steps();
+  s.final_ratio = o.final_ratio;
+  if (s.kind == ScheduleKind::kWsd) {
+    s.decay_steps = std::max<int64_t>(1, std::llround(o.decay_fraction * static_cast<double>(s.total_steps)));
+    s.decay_shape = parse_decay_shape(o.decay_shape, "optim.decay_shape");
+  }
+  validate(s);
+  return s;
+}
+
+Recipe load_run_recipe(const RecipeConfig& cfg) {
+  std::vector<std::string> overrides;
+  for (const auto& [k, v] : cfg.overrides) overrides.push_back(k + "=" + v);
+  return load_recipe(cfg.name, overrides);
+}
+
+Trainer::Trainer(RunConfig cfg, TrainerOptions options)
+    : cfg_(std::move(cfg)), options_(std::move(options)), run_dir_(cfg_.train.out_dir) {
+  validate(cfg_);
+  fs::create_directories(run_dir_);
+  recipe_ = load_run_recipe(cfg_.recipe);
+  recipe_toml_ = to_toml(recipe_);
+  schedule_ = make_lr_schedule(cfg_);
+
+  std::optional<Checkpoint> ckpt;
+  if (const auto latest = latest_checkpoint(run_dir_)) {
+    ckpt = load_checkpoint(*latest);
+    const fs::path trainer_file = *latest / "trainer.json";
+    FP4_CHECK(ckpt->trainer.contains("config"), trainer_file.string(), ": no run config stored");
+    const RunConfig before = run_config_from_json(ckpt->trainer["config"], trainer_file.string());
+    const auto diffs = identity_differences(before, cfg_);
+    if (!diffs.empty()) {
+      std::string list;
+      for (const auto& d : diffs) list += "\n  " + d;
+      FP4_THROW("cannot resume ", run_dir_.string(), " from ", latest->filename().string(),
+                ": the config differs from the checkpoint's in what it trains:", list,
+                "\nrestore these values, or train into a new directory (--out)");
+    }
+    FP4_CHECK(ckpt->trainer.value("recipe_toml", "") == recipe_toml_, "cannot resume ", run_dir_.string(),
+              " from ", latest->filename().string(), ": recipe '", cfg_.recipe.name,
+              "' now resolves to a different recipe than the one the checkpoint was trained with (see ",
+              trainer_file.string(), ", field recipe_toml)");
+  } else {
+    FP4_CHECK(!options_.require_resume, "--resume: ", checkpoint_root(run_dir_).string(),
+              " holds no checkpoint to resume from");
+  }
+
+  const Manifest train_manifest = ensure_prepared_data(cfg_, [this](const std::string& l) { log(l); });
+  check_data_fits(cfg_, train_manifest, cfg_.data.train_dir);
+  if (cfg_.val_dir() != cfg_.data.train_dir) check_data_fits(cfg_, read_manifest(cfg_.val_dir()), cfg_.val_dir());
+
+  LoaderOptions lo;
+  lo.data = cfg_.data.train_dir;
+  lo.split = "train";
+  lo.batch = cfg_.data.batch;
+  lo.seq = cfg_.data.seq;
+  lo.seed = cfg_.train.seed;
+  train_ = std::make_unique<DataLoader>(lo);
+  LoaderOptions vo = lo;
+  vo.data = cfg_.val_dir();
+  vo.split = "val";
+  val_ = std::make_unique<ValidationLoader>(vo);
+
+  engine_ = make_engine(cfg_, recipe_);
+  if (ckpt) {
+    restore_engine(*engine_, *ckpt);
+    const fs::path trainer_file = ckpt->dir / "trainer.json";
+    try {
+      train_->restore(LoaderState::from_json(ckpt->trainer.at("loader")));
+      step_ = ckpt->trainer.at("step").get<int64_t>();
+      tokens_ = ckpt->trainer.at("tokens").get<int64_t>();
+      elapsed_before_ = ckpt->trainer.at("elapsed").get<double>();
+    } catch (const nlohmann::json::exception& e) {
+      FP4_THROW(trainer_file.string(), ": ", e.what());
+    } catch (const Error& e) {
+      FP4_THROW(trainer_file.string(), ": ", e.what());
+    }
+    resumed_from_ = ckpt->dir;
+    last_checkpoint_ = ckpt->dir;
+    log("resumed from " + ckpt->dir.string() + " (step " + std::to_string(step_) + ")");
+  }
+
+  write_file_atomically(run_dir_ / "config.json", to_json(cfg_).dump(2) + "\n");
+  write_file_atomically(run_dir_ / "recipe.toml", recipe_toml_);
+  metrics_ = std::make_unique<MetricsFile>(run_dir_ / "metrics.jsonl", step_);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::log(const std::string& line) {
+  std::fprintf(options_.log, "%s\n", line.c_str());
+  std::fflush(options_.log);
+}
+
+nlohmann::json Trainer::trainer_state() const {
+  const double elapsed =
+      elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
+  return {{"step", step_},
+          {"tokens", tokens_},
+          {"elapsed", elapsed},
+          {"seed", cfg_.train.seed},
+          {"loader", train_->state().to_json()},
+          {"device", engine_->device_name()},
+          {"config_hash", config_hash(cfg_)},
+          {"config", to_json(cfg_)},
+          {"recipe_toml", recipe_toml_}};
+}
+
+fs::path Trainer::save(Progress& progress) {
+  SaveOptions so;
+  so.keep_last = cfg_.train.keep_checkpoints;
+  so.after_stage = options_.checkpoint_stage;
+  last_checkpoint_ = save_checkpoint(run_dir_, step_, *engine_, trainer_state(), so);
+  progress.message("saved checkpoint " + last_checkpoint_.string());
+  return last_checkpoint_;
+}
+
+EvalResult Trainer::evaluate(Progress& progress) {
+  const EvalResult r = evaluate_split(*engine_, *val_, cfg_.train.eval_batches);
+  EvalRecord rec;
+  rec.step = step_;
+  rec.tokens = tokens_;
+  rec.val_loss = r.loss;
+  rec.val_ppl = r.perplexity;
+  rec.val_tokens = r.tokens;
+  rec.elapsed =
+      elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
+  metrics_->write(to_json(rec));
+  progress.eval(rec);
+  return r;
+}
+
+TrainResult Trainer::run() {
+  const auto& t = cfg_.train;
+  const int64_t target = t.steps;
+  session_start_ = std::chrono::steady_clock::now();
+  Progress progress(step_, target, options_.progress_bar, options_.log);
+  if (step_ >= target)
+    progress.message(run_dir_.string() + " is at step " + std::to_string(step_) + " (train.steps = " +
+                     std::to_string(target) + "): nothing to train");
+  else
+    progress.message("training " + cfg_.model.name + " (" + format_count(static_cast<double>(cfg_.model.parameter_count())) +
+                     " parameters, recipe " + recipe_.name + ") on " + engine_->device_name() + ": steps " +
+                     std::to_string(step_) + " -> " + std::to_string(target) + ", " +
+                     std::to_string(cfg_.tokens_per_step()) + " tokens/step, run dir " + run_dir_.string());
+
+  StepHyper hyper;
+  hyper.beta1 = static_cast<float>(cfg_.optim.beta1);
+  hyper.beta2 = static_cast<float>(cfg_.optim.beta2);
+  hyper.eps = static_cast<float>(cfg_.optim.eps);
+  hyper.weight_decay = static_cast<float>(cfg_.optim.weight_decay);
+  hyper.grad_clip = static_cast<float>(cfg_.optim.grad_clip);
+
+  const auto fail = [&](int64_t step, const std::string& why) {
+    progress.finish();
+    metrics_->write({{"type", "error"}, {"step", step}, {"message", why}});
+    FP4_THROW("training stopped at step ", step, ": ", why, "\n",
+              last_checkpoint_.empty() ? std::string("no checkpoint was written")
+                                       : "the last good checkpoint, " + last_checkpoint_.string() + ", is untouched");
+  };
+
+  int64_t last_saved = resumed_from_ ? step_ : -1;
+  std::vector<Batch> micro(static_cast<size_t>(cfg_.data.grad_accum));
+  double interval_seconds = 0;
+  int64_t interval_tokens = 0;
+  while (step_ < target) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto& b : micro) b = train_->next();
+    hyper.lr = static_cast<float>(lr_at(schedule_, step_));
+    StepStats s;
+    try {
+      s = engine_->train_step(micro, hyper);
+    } catch (const Error& e) {
+      fail(step_ + 1, e.what());
+    }
+    if (!std::isfinite(s.loss)) fail(step_ + 1, "the loss is " + std::to_string(s.loss));
+    ++step_;
+    tokens_ += cfg_.tokens_per_step();
+    interval_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    interval_tokens += cfg_.tokens_per_step();
+
+    const bool log_now = step_ % t.log_every == 0 || step_ == target;
+    TrainRecord r;
+    r.step = step_;
+    r.tokens = tokens_;
+    r.loss = s.loss;
+    r.ce_loss = s.ce_loss;
+    r.lr = hyper.lr;
+    r.grad_norm = s.grad_norm;
+    r.tokens_per_s = interval_seconds > 0 ? static_cast<double>(interval_tokens) / interval_seconds : 0;
+    r.elapsed =
+        elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
+    if (log_now) {
+      metrics_->write(to_json(r));
+      interval_seconds = 0;
+      interval_tokens = 0;
+    }
+    progress.step(r, log_now);
+    if (t.eval_every > 0 && step_ % t.eval_every == 0 && step_ < target) evaluate(progress);
+    if (t.ckpt_every > 0 && step_ % t.ckpt_every == 0 && step_ < target) {
+      save(progress);
+      last_saved = step_;
+    }
+  }
+
+  TrainResult result;
+  result.final_eval = evaluate(progress);
+  if (last_saved != step_) save(progress);
+  progress.finish();
+  result.step = step_;
+  result.tokens = tokens_;
+  result.run_dir = run_dir_;
+  result.last_checkpoint = last_checkpoint_;
+  return result;
+}
+
+}  // namespace fp4

@@ -1,0 +1,88 @@
+// Trainer: the training loop around a TrainingEngine: data, LR schedule, gradient accumulation,
+// periodic validation, checkpoints, resume, metrics.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "data/loader.h"
+#include "model/engine.h"
+#include "optim/schedule.h"
+#include "recipe/recipe.h"
+#include "train/evaluate.h"
+#include "train/metrics.h"
+#include "train/run_config.h"
+
+namespace fp4 {
+
+struct TrainerOptions {
+  bool require_resume = false;  // --resume: fail when the run dir has no checkpoint
+  bool progress_bar = false;    // a live bar (terminal) instead of plain lines
+  std::FILE* log = stderr;      // human output
+  // Test hook passed to every checkpoint save (see SaveOptions::after_stage).
+  std::function<void(const std::string& stage)> checkpoint_stage;
+};
+
+struct TrainResult {
+  int64_t step = 0;
+  int64_t tokens = 0;
+  EvalResult final_eval;
+  std::filesystem::path run_dir;
+  std::filesystem::path last_checkpoint;  // empty if none was written or found
+};
+
+// The LR schedule of a run config (peak optim.lr over cfg.schedule_steps()).
+LrSchedule make_lr_schedule(const RunConfig& cfg);
+
+// The recipe of a run config: the preset or TOML file recipe.name with recipe.overrides applied.
+Recipe load_run_recipe(const RecipeConfig& cfg);
+
+class Trainer {
+ public:
+  // Sets everything up: the run dir (config.json, recipe.toml), data (preparing the default corpus
+  // when needed), the engine, and, when the run dir has a checkpoint, resumes from it after checking
+  // that the config still describes the same training (identity_differences).
+  Trainer(RunConfig cfg, TrainerOptions options = {});
+  ~Trainer();
+
+  // Trains up to cfg.train.steps, evaluating and checkpointing as configured, then evaluates the
+  // validation split and saves a final checkpoint. A non-finite loss throws fp4::Error naming the
+  // step; checkpoints already written are left as they are.
+  TrainResult run();
+
+  TrainingEngine& engine() { return *engine_; }
+  int64_t step() const { return step_; }
+  bool resumed() const { return resumed_from_.has_value(); }
+  const RunConfig& config() const { return cfg_; }
+  const std::filesystem::path& run_dir() const { return run_dir_; }
+
+ private:
+  void log(const std::string& line);
+  nlohmann::json trainer_state() const;
+  std::filesystem::path save(Progress& progress);
+  EvalResult evaluate(Progress& progress);
+
+  RunConfig cfg_;
+  TrainerOptions options_;
+  std::filesystem::path run_dir_;
+  Recipe recipe_;
+  std::string recipe_toml_;
+  LrSchedule schedule_;
+  std::unique_ptr<TrainingEngine> engine_;
+  std::unique_ptr<DataLoader> train_;
+  std::unique_ptr<ValidationLoader> val_;
+  std::optional<std::filesystem::path> resumed_from_;
+  std::filesystem::path last_checkpoint_;
+  int64_t step_ = 0;
+  int64_t tokens_ = 0;
+  double elapsed_before_ = 0;  // seconds spent in earlier sessions of this run
+  std::chrono::steady_clock::time_point session_start_;
+  std::unique_ptr<MetricsFile> metrics_;
+};
+
+}  // namespace fp4
