@@ -114,6 +114,7 @@ TEST(CpuEngine, MicroBatchesAccumulateLikeOneBatch) {
   h.grad_clip = 0.5f;
   h.eps = 1.0f;  // update ~ lr * g: smooth in g, so summation-order rounding stays rounding-sized
   const std::vector<Batch> micro = {a, b};
+  const auto p0 = all_parameters(*e1);
   const StepStats s1 = e1->train_step(micro, h);
   const StepStats s2 = e2->train_step({&ab, 1}, h);
   EXPECT_EQ(s1.tokens, s2.tokens);
@@ -121,11 +122,11 @@ TEST(CpuEngine, MicroBatchesAccumulateLikeOneBatch) {
   EXPECT_NEAR(s1.grad_norm, s2.grad_norm, 1e-5 * s2.grad_norm);
   const auto p1 = all_parameters(*e1), p2 = all_parameters(*e2);
   double num = 0, den = 0;
-  for (size_t i = 0; i < p1.size(); ++i) {
+  for (size_t i = 0; i < p1.size(); ++i) {  // compare the updates, not the weights
     num += std::pow(static_cast<double>(p1[i]) - p2[i], 2);
-    den += std::pow(static_cast<double>(p2[i]), 2);
+    den += std::pow(static_cast<double>(p2[i]) - p0[i], 2);
   }
-  EXPECT_LT(std::sqrt(num / den), 1e-6);
+  EXPECT_LT(std::sqrt(num / den), 1e-4);
 }
 
 TEST(CpuEngine, SaveLoadResumesBitForBit) {
