@@ -1,5 +1,6 @@
 #include "data/loader.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/error.h"
@@ -127,10 +128,13 @@ void DataLoader::restore(const LoaderState& s) {
 
 ValidationLoader::ValidationLoader(const LoaderOptions& options)
     : options_((check_shape(options), options)), stream_(options.data, options.split, options.verify_payload) {
+  FP4_CHECK(options_.max_windows >= 0, "data loader: max_windows must be >= 0, got ", options_.max_windows);
   windows_ = (stream_.size() - 1) / options_.seq;
-  per_rank_ = options_.rank < windows_ ? (windows_ - options_.rank + options_.world_size - 1) / options_.world_size : 0;
   FP4_CHECK(windows_ > 0, "data ", options_.data.string(), " (", options_.split, "): ", stream_.size(),
             " tokens are fewer than one window of ", options_.seq + 1, " tokens");
+  const int64_t world = options_.world_size;
+  slice_ = options_.rank < windows_ ? (windows_ - options_.rank + world - 1) / world : 0;
+  per_rank_ = options_.max_windows > 0 ? std::min(slice_, options_.max_windows) : slice_;
 }
 
 int64_t ValidationLoader::batches() const { return (per_rank_ + options_.batch - 1) / options_.batch; }
@@ -140,7 +144,10 @@ bool ValidationLoader::next(Batch& out) {
   if (rows <= 0) return false;
   out = empty_batch(static_cast<int>(rows), options_.seq);
   for (int row = 0; row < rows; ++row) {
-    int64_t w = (position_++) * options_.world_size + options_.rank;
+    // The k-th visited window of the slice: all of them, or every (slice / per_rank)-th.
+    int64_t k = position_++;
+    int64_t in_slice = per_rank_ == slice_ ? k : static_cast<int64_t>((static_cast<__int128>(k) * slice_) / per_rank_);
+    int64_t w = in_slice * options_.world_size + options_.rank;
     fill_window(stream_, w * options_.seq, options_.seq, row, out);
   }
   return true;

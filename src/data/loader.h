@@ -43,6 +43,9 @@ struct LoaderOptions {
   int rank = 0;                // this process's slice ...
   int world_size = 1;          // ... of world_size disjoint slices
   bool verify_payload = true;  // check shard checksums when opening
+  // ValidationLoader only: when > 0 and fewer than this rank's windows, visit this many windows
+  // spread evenly over the split (so a short evaluation still sees all of it), in order.
+  int64_t max_windows = 0;
 };
 
 // Where a DataLoader is: enough to resume and see exactly the batches an uninterrupted run sees.
@@ -95,7 +98,8 @@ class DataLoader {
 };
 
 // Validation batches: every window of this rank's slice (windows r, r + world_size, ...) once, in
-// order; the last batch may have fewer rows. next() returns false at the end; reset() starts over.
+// order, or max_windows of them evenly spaced; the last batch may have fewer rows. next() returns
+// false at the end; reset() starts over.
 class ValidationLoader {
  public:
   explicit ValidationLoader(const LoaderOptions& options);
@@ -104,7 +108,7 @@ class ValidationLoader {
   void reset() { position_ = 0; }
 
   int64_t windows() const { return windows_; }
-  int64_t windows_per_rank() const { return per_rank_; }
+  int64_t windows_per_rank() const { return per_rank_; }  // visited per pass (max_windows applied)
   int64_t batches() const;
   int32_t vocab_size() const { return stream_.vocab_size(); }
 
@@ -113,6 +117,7 @@ class ValidationLoader {
   TokenStream stream_;
   int64_t windows_ = 0;
   int64_t per_rank_ = 0;
+  int64_t slice_ = 0;  // this rank's windows before max_windows
   int64_t position_ = 0;
 };
 
