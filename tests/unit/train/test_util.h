@@ -8,6 +8,8 @@
 #include <string>
 
 #include "core/error.h"
+#include "model/config.h"
+#include "model/engine.h"
 
 namespace fp4::testing {
 
@@ -43,6 +45,31 @@ std::string error_of(Fn&& fn) {
   }
   ADD_FAILURE() << "expected an fp4::Error";
   return "";
+}
+
+// A model small enough to train in milliseconds (byte vocabulary).
+inline ModelConfig small_model() {
+  ModelConfig m = model_preset("tiny");
+  m.n_layers = 1;
+  m.d_model = 32;
+  m.n_heads = 2;
+  m.d_ff = 64;
+  m.max_seq_len = 64;
+  return m;
+}
+
+// A micro-batch of random tokens (targets are the next tokens of the same draw).
+inline Batch random_batch(std::mt19937_64& rng, int batch, int seq, int vocab) {
+  Batch b;
+  b.batch = batch;
+  b.seq = seq;
+  for (int r = 0; r < batch; ++r) {
+    std::vector<int32_t> row(static_cast<size_t>(seq) + 1);
+    for (auto& t : row) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+    b.tokens.insert(b.tokens.end(), row.begin(), row.end() - 1);
+    b.targets.insert(b.targets.end(), row.begin() + 1, row.end());
+  }
+  return b;
 }
 
 }  // namespace fp4::testing

@@ -1,0 +1,309 @@
+#include "train/trainer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include "data/prepare.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/engine_factory.h"
+#include "train/file_io.h"
+#include "train/sha256.h"
+
+namespace fp4 {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using testing::error_of;
+using testing::TempDir;
+
+// Pseudo-English documents from a small random vocabulary: learnable, different on every run.
+void write_corpus(const fs::path& dir, std::mt19937_64& rng, int docs, int words_per_doc) {
+  fs::create_directories(dir);
+  std::vector<std::string> vocab;
+  for (int i = 0; i < 40; ++i) {
+    std::string w;
+    for (int n = static_cast<int>(rng() % 6 + 2); n > 0; --n) w += static_cast<char>('a' + rng() % 26);
+    vocab.push_back(w);
+  }
+  for (int d = 0; d < docs; ++d) {
+    std::ofstream out(dir / ("doc" + std::to_string(d) + ".txt"));
+    for (int w = 0; w < words_per_doc; ++w) out << vocab[rng() % vocab.size()] << (w % 12 == 11 ? ".\n" : " ");
+  }
+}
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::mt19937_64 rng(std::random_device{}());
+    write_corpus(tmp_ / "text/train", rng, 6, 1500);
+    write_corpus(tmp_ / "text/val", rng, 1, 800);
+    PrepareOptions o;
+    o.inputs = {tmp_ / "text/train"};
+    o.val_inputs = {tmp_ / "text/val"};
+    o.tokenizer = "bytes";
+    o.out_dir = tmp_ / "shards";
+    o.threads = 1;
+    prepare_shards(o);
+  }
+
+  // A small run: 2 micro-batches of 4 x 32 per step, a fixed 12-step schedule.
+  RunConfig config(const std::string& run, int64_t steps) const {
+    RunConfig c = default_run_config();
+    c.model = testing::small_model();
+    c.data.train_dir = (tmp_ / "shards").string();
+    c.data.train_text = "";
+    c.data.val_text = "";
+    c.data.batch = 4;
+    c.data.seq = 32;
+    c.data.grad_accum = 2;
+    c.optim.lr = 3e-3;
+    c.optim.warmup = 2;
+    c.optim.total_steps = 12;
+    c.train.steps = steps;
+    c.train.log_every = 1;
+    c.train.eval_every = 4;
+    c.train.eval_batches = 2;
+    c.train.ckpt_every = 5;
+    c.train.out_dir = (tmp_ / run).string();
+    c.train.seed = seed_;
+    return c;
+  }
+
+  TrainerOptions quiet() const {
+    TrainerOptions o;
+    o.log = log_.get();
+    return o;
+  }
+
+  TempDir tmp_;
+  uint64_t seed_ = std::random_device{}();
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log_{std::tmpfile(), &std::fclose};
+};
+
+std::vector<nlohmann::json> records(const fs::path& run, const std::string& type) {
+  std::vector<nlohmann::json> out;
+  for (const auto& j : read_metrics(run / "metrics.jsonl"))
+    if (j["type"] == type) out.push_back(j);
+  return out;
+}
+
+TEST_F(TrainerTest, TrainsLogsEvaluatesAndCheckpoints) {
+  Trainer t(config("run", 12), quiet());
+  EXPECT_FALSE(t.resumed());
+  const TrainResult r = t.run();
+  EXPECT_EQ(r.step, 12);
+  EXPECT_EQ(r.tokens, 12 * 2 * 4 * 32);
+  const auto train = records(tmp_ / "run", "train");
+  ASSERT_EQ(train.size(), 12u);
+  for (size_t i = 0; i < train.size(); ++i) {
+    EXPECT_EQ(train[i]["step"], i + 1);
+    EXPECT_TRUE(std::isfinite(train[i]["loss"].get<double>()));
+    EXPECT_GT(train[i]["tokens_per_s"].get<double>(), 0);
+  }
+  // Learning happens: the last steps' loss is well under the first one's (ln 257 = 5.55 at init).
+  EXPECT_LT(train.back()["loss"].get<double>(), train.front()["loss"].get<double>() - 0.5);
+  // Warm-up reaches the peak at step 2, the cosine ends at final_ratio * peak.
+  EXPECT_FLOAT_EQ(train[1]["lr"].get<float>(), 3e-3f);
+  EXPECT_NEAR(train.back()["lr"].get<double>(), 3e-3 * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 11 / 10))), 1e-9);
+  const auto eval = records(tmp_ / "run", "eval");
+  ASSERT_EQ(eval.size(), 3u);  // steps 4 and 8, and the end
+  EXPECT_EQ(eval[2]["step"], 12);
+  EXPECT_DOUBLE_EQ(eval[2]["val_loss"].get<double>(), r.final_eval.loss);
+  EXPECT_NEAR(eval[2]["val_ppl"].get<double>(), std::exp(r.final_eval.loss), 1e-9);
+  // Checkpoints at 5, 10 and the end; config.json and recipe.toml in the run dir.
+  const auto ckpts = list_checkpoints(tmp_ / "run");
+  ASSERT_EQ(ckpts.size(), 3u);
+  EXPECT_EQ(ckpts.back().filename(), "step_000012");
+  EXPECT_EQ(r.last_checkpoint, ckpts.back());
+  const auto cfg = run_config_from_json(nlohmann::json::parse(read_file(tmp_ / "run/config.json")), "config.json");
+  EXPECT_EQ(config_hash(cfg), config_hash(t.config()));
+  EXPECT_TRUE(fs::exists(tmp_ / "run/recipe.toml"));
+  const auto trainer = load_checkpoint(ckpts.back(), false).trainer;
+  EXPECT_EQ(trainer["tokens"], r.tokens);
+  EXPECT_EQ(trainer["config_hash"], config_hash(t.config()));
+  EXPECT_EQ(LoaderState::from_json(trainer["loader"]).position, 12 * 2 * 4);  // windows (rows) read
+}
+
+// Train 12 steps in one go; train 6, stop, resume to 12: the same losses, bit for bit.
+TEST_F(TrainerTest, ResumedRunReproducesTheUninterruptedOneBitForBit) {
+  Trainer(config("full", 12), quiet()).run();
+  {
+    Trainer first_half(config("split", 6), quiet());
+    first_half.run();
+  }
+  Trainer second_half(config("split", 12), quiet());
+  EXPECT_TRUE(second_half.resumed());
+  EXPECT_EQ(second_half.step(), 6);
+  second_half.run();
+
+  const auto full = read_metrics(tmp_ / "full/metrics.jsonl");
+  const auto split = read_metrics(tmp_ / "split/metrics.jsonl");
+  const auto pick = [](const std::vector<nlohmann::json>& recs, const std::string& type, const char* key) {
+    std::vector<std::pair<int64_t, double>> out;
+    for (const auto& j : recs)
+      if (j["type"] == type) out.emplace_back(j["step"].get<int64_t>(), j[key].get<double>());
+    return out;
+  };
+  ASSERT_EQ(pick(full, "train", "loss").size(), 12u);
+  EXPECT_EQ(pick(split, "train", "loss"), pick(full, "train", "loss"));
+  EXPECT_EQ(pick(split, "train", "grad_norm"), pick(full, "train", "grad_norm"));
+  EXPECT_EQ(pick(split, "train", "lr"), pick(full, "train", "lr"));
+  // The split run also evaluated at its stop (step 6); every step both evaluated agrees exactly.
+  const auto ef = pick(full, "eval", "val_loss"), es = pick(split, "eval", "val_loss");
+  for (const auto& [step, loss] : ef) {
+    const auto it = std::find_if(es.begin(), es.end(), [&](auto& p) { return p.first == step; });
+    ASSERT_NE(it, es.end()) << step;
+    EXPECT_EQ(it->second, loss) << step;
+  }
+  // The final weights are the same bytes.
+  EXPECT_EQ(sha256_file(tmp_ / "full/checkpoints/step_000012/model.safetensors"),
+            sha256_file(tmp_ / "split/checkpoints/step_000012/model.safetensors"));
+}
+
+TEST_F(TrainerTest, ResumeRefusesADifferentTraining) {
+  Trainer(config("run", 3), quiet()).run();
+  auto changed = config("run", 6);
+  changed.optim.beta2 = 0.99;
+  changed.data.batch = 2;
+  const std::string msg = error_of([&] { Trainer t(changed, quiet()); });
+  EXPECT_THAT(msg, HasSubstr("cannot resume"));
+  EXPECT_THAT(msg, HasSubstr("optim.beta2: 0.95"));
+  EXPECT_THAT(msg, HasSubstr("data.batch: 4 -> 2"));
+  // Cadence and length may change.
+  auto longer = config("run", 6);
+  longer.train.log_every = 3;
+  Trainer t(longer, quiet());
+  EXPECT_TRUE(t.resumed());
+}
+
+TEST_F(TrainerTest, ResumeFlagNeedsACheckpoint) {
+  auto opts = quiet();
+  opts.require_resume = true;
+  EXPECT_THAT(error_of([&] { Trainer t(config("fresh", 3), opts); }), HasSubstr("holds no checkpoint to resume from"));
+}
+
+TEST_F(TrainerTest, RunAtItsEndOnlyEvaluates) {
+  Trainer(config("run", 3), quiet()).run();
+  const auto before = sha256_file(tmp_ / "run/checkpoints/step_000003/model.safetensors");
+  Trainer again(config("run", 3), quiet());
+  const auto r = again.run();
+  EXPECT_EQ(r.step, 3);
+  EXPECT_EQ(records(tmp_ / "run", "train").size(), 3u);
+  EXPECT_EQ(sha256_file(tmp_ / "run/checkpoints/step_000003/model.safetensors"), before);
+}
+
+TEST_F(TrainerTest, NanLossStopsNamingTheStepAndKeepsTheLastCheckpoint) {
+  Trainer(config("run", 5), quiet()).run();
+  const auto ckpt = tmp_ / "run/checkpoints/step_000005";
+  std::map<std::string, std::string> before;
+  for (const auto& e : fs::directory_iterator(ckpt)) before[e.path().string()] = sha256_file(e.path());
+  const std::string latest = read_file(tmp_ / "run/checkpoints/latest");
+
+  Trainer t(config("run", 12), quiet());
+  ASSERT_EQ(t.step(), 5);
+  const auto p = t.engine().parameters().front();
+  std::vector<float> poison(static_cast<size_t>(p.numel()), std::nanf(""));
+  t.engine().write_parameter(p.name, poison);
+  const std::string msg = error_of([&] { t.run(); });
+  EXPECT_THAT(msg, HasSubstr("training stopped at step 6"));
+  EXPECT_THAT(msg, HasSubstr("step_000005, is untouched"));
+  for (const auto& [path, sha] : before) EXPECT_EQ(sha256_file(path), sha) << path;
+  EXPECT_EQ(read_file(tmp_ / "run/checkpoints/latest"), latest);
+  EXPECT_EQ(list_checkpoints(tmp_ / "run").size(), 1u);
+  const auto errors = records(tmp_ / "run", "error");
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0]["step"], 6);
+  // The run resumes from the intact checkpoint.
+  Trainer again(config("run", 6), quiet());
+  EXPECT_EQ(again.step(), 5);
+  EXPECT_EQ(again.run().step, 6);
+}
+
+TEST_F(TrainerTest, NanOnAFreshRunSaysNoCheckpointWasWritten) {
+  Trainer t(config("run", 4), quiet());
+  const auto p = t.engine().parameters().back();
+  std::vector<float> poison(static_cast<size_t>(p.numel()), std::numeric_limits<float>::infinity());
+  t.engine().write_parameter(p.name, poison);
+  const std::string msg = error_of([&] { t.run(); });
+  EXPECT_THAT(msg, HasSubstr("training stopped at step 1"));
+  EXPECT_THAT(msg, HasSubstr("no checkpoint was written"));
+  EXPECT_FALSE(latest_checkpoint(tmp_ / "run"));
+}
+
+TEST_F(TrainerTest, PreparesTextOnFirstUse) {
+  auto c = config("run", 2);
+  c.data.train_dir = (tmp_ / "auto-shards").string();
+  c.data.train_text = (tmp_ / "text/train").string();
+  c.data.val_text = (tmp_ / "text/val").string();
+  Trainer t(c, quiet());
+  EXPECT_TRUE(fs::exists(tmp_ / "auto-shards/manifest.json"));
+  EXPECT_EQ(t.run().step, 2);
+}
+
+TEST_F(TrainerTest, MissingDataNamesWhatToRun) {
+  auto c = config("run", 2);
+  c.data.train_dir = (tmp_ / "no-shards").string();
+  c.data.train_text = (tmp_ / "no-corpus").string();
+  EXPECT_THAT(error_of([&] { Trainer t(c, quiet()); }), HasSubstr("scripts/fetch_corpus.sh"));
+  c.data.train_text = "";
+  EXPECT_THAT(error_of([&] { Trainer t(c, quiet()); }), HasSubstr("fp4train prepare"));
+  c.data.train_text = (tmp_ / "text/train").string();
+  c.data.val_text = (tmp_ / "no-val").string();
+  EXPECT_THAT(error_of([&] { Trainer t(c, quiet()); }), HasSubstr("no-val is missing"));
+}
+
+TEST_F(TrainerTest, VocabularyMustFitTheModel) {
+  auto c = config("run", 2);
+  c.model.vocab_real = 200;
+  c.model.vocab_size = 256;
+  EXPECT_THAT(error_of([&] { Trainer t(c, quiet()); }),
+              HasSubstr("the tokenizer's vocabulary (257) does not fit model.vocab_real 200"));
+}
+
+TEST(EngineFactory, CudaWithoutTheCudaEngineIsAClearError) {
+  RunConfig c = default_run_config();
+  c.model = testing::small_model();
+  c.train.device = "cuda";
+  EXPECT_THAT(error_of([&] { make_engine(c, Recipe{}); }), HasSubstr("CUDA"));
+  c.train.device = "cpu";
+  EXPECT_EQ(make_engine(c, Recipe{})->device_name().substr(0, 3), "cpu");
+}
+
+TEST(LrSchedule, FollowsTheConfig) {
+  RunConfig c = default_run_config();
+  c.optim.lr = 1e-3;
+  c.optim.warmup = 10;
+  c.train.steps = 100;
+  c.optim.final_ratio = 0.1;
+  const auto cosine = make_lr_schedule(c);
+  EXPECT_DOUBLE_EQ(lr_at(cosine, 9), 1e-3);
+  EXPECT_NEAR(lr_at(cosine, 100), 1e-4, 1e-12);
+  c.optim.schedule = "wsd";
+  c.optim.decay_fraction = 0.2;
+  const auto wsd = make_lr_schedule(c);
+  EXPECT_EQ(wsd.decay_steps, 20);
+  EXPECT_DOUBLE_EQ(lr_at(wsd, 80), 1e-3);
+  EXPECT_NEAR(lr_at(wsd, 100), 1e-4, 1e-12);
+  c.optim.schedule = "constant";
+  EXPECT_DOUBLE_EQ(lr_at(make_lr_schedule(c), 99), 1e-3);
+  c.optim.total_steps = 1000;
+  c.optim.schedule = "cosine";
+  EXPECT_EQ(make_lr_schedule(c).total_steps, 1000);
+}
+
+TEST(RunRecipe, NamesKnownRecipesOnError) {
+  RecipeConfig r;
+  r.name = "bf16";
+  EXPECT_EQ(load_run_recipe(r).name, "bf16");
+  r.name = "no-such-recipe";
+  EXPECT_THAT(error_of([&] { load_run_recipe(r); }), HasSubstr("no-such-recipe"));
+}
+
+}  // namespace
+}  // namespace fp4
