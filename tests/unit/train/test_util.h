@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 
 #include "core/error.h"
+#include "data/prepare.h"
 #include "model/config.h"
 #include "model/engine.h"
 
@@ -70,6 +72,35 @@ inline Batch random_batch(std::mt19937_64& rng, int batch, int seq, int vocab) {
     b.targets.insert(b.targets.end(), row.begin() + 1, row.end());
   }
   return b;
+}
+
+// Pseudo-English documents from a small random vocabulary: learnable, different on every run.
+inline void write_corpus(const std::filesystem::path& dir, std::mt19937_64& rng, int docs, int words_per_doc) {
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> vocab;
+  for (int i = 0; i < 40; ++i) {
+    std::string w;
+    for (int n = static_cast<int>(rng() % 6 + 2); n > 0; --n) w += static_cast<char>('a' + rng() % 26);
+    vocab.push_back(w);
+  }
+  for (int d = 0; d < docs; ++d) {
+    std::ofstream out(dir / ("doc" + std::to_string(d) + ".txt"));
+    for (int w = 0; w < words_per_doc; ++w) out << vocab[rng() % vocab.size()] << (w % 12 == 11 ? ".\n" : " ");
+  }
+}
+
+// <root>/text/{train,val}/*.txt and their byte-tokenized shards in <root>/shards.
+inline void prepare_corpus(const std::filesystem::path& root) {
+  std::mt19937_64 rng(std::random_device{}());
+  write_corpus(root / "text/train", rng, 6, 1500);
+  write_corpus(root / "text/val", rng, 1, 800);
+  PrepareOptions o;
+  o.inputs = {root / "text/train"};
+  o.val_inputs = {root / "text/val"};
+  o.tokenizer = "bytes";
+  o.out_dir = root / "shards";
+  o.threads = 1;
+  prepare_shards(o);
 }
 
 }  // namespace fp4::testing

@@ -7,7 +7,6 @@
 #include <fstream>
 #include <random>
 
-#include "data/prepare.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/engine_factory.h"
@@ -22,34 +21,10 @@ using ::testing::HasSubstr;
 using testing::error_of;
 using testing::TempDir;
 
-// Pseudo-English documents from a small random vocabulary: learnable, different on every run.
-void write_corpus(const fs::path& dir, std::mt19937_64& rng, int docs, int words_per_doc) {
-  fs::create_directories(dir);
-  std::vector<std::string> vocab;
-  for (int i = 0; i < 40; ++i) {
-    std::string w;
-    for (int n = static_cast<int>(rng() % 6 + 2); n > 0; --n) w += static_cast<char>('a' + rng() % 26);
-    vocab.push_back(w);
-  }
-  for (int d = 0; d < docs; ++d) {
-    std::ofstream out(dir / ("doc" + std::to_string(d) + ".txt"));
-    for (int w = 0; w < words_per_doc; ++w) out << vocab[rng() % vocab.size()] << (w % 12 == 11 ? ".\n" : " ");
-  }
-}
-
 class TrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::mt19937_64 rng(std::random_device{}());
-    write_corpus(tmp_ / "text/train", rng, 6, 1500);
-    write_corpus(tmp_ / "text/val", rng, 1, 800);
-    PrepareOptions o;
-    o.inputs = {tmp_ / "text/train"};
-    o.val_inputs = {tmp_ / "text/val"};
-    o.tokenizer = "bytes";
-    o.out_dir = tmp_ / "shards";
-    o.threads = 1;
-    prepare_shards(o);
+    testing::prepare_corpus(tmp_.path());
   }
 
   // A small run: 2 micro-batches of 4 x 32 per step, a fixed 12-step schedule.

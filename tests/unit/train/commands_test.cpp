@@ -1,0 +1,98 @@
+#include "train/commands.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "data/manifest.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+
+namespace fp4 {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using testing::error_of;
+using testing::TempDir;
+
+class CommandsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { testing::prepare_corpus(tmp_.path()); }
+
+  TrainArgs train_args(const std::string& out) const {
+    TrainArgs a;
+    a.out = (tmp_ / out).string();
+    a.sets = {"model.n_layers=1",  "model.d_model=32", "model.n_heads=2",  "model.d_ff=64",
+              "data.train_dir=" + (tmp_ / "shards").string(),              "data.train_text=",
+              "data.val_text=",    "data.batch=4",     "data.seq=32",      "train.steps=6",
+              "optim.warmup=2",    "train.eval_every=0", "train.eval_batches=3", "train.log_every=2"};
+    return a;
+  }
+  TempDir tmp_;
+};
+
+TEST_F(CommandsTest, TrainThenEvalAndSampleFromTheRunDir) {
+  const TrainResult r = train_command(train_args("run"));
+  EXPECT_EQ(r.step, 6);
+
+  // eval over the same batches as the trainer's final evaluation gives the same loss, exactly.
+  EvalArgs e;
+  e.checkpoint = tmp_ / "run";
+  e.batches = 3;
+  EXPECT_EQ(eval_command(e).loss, r.final_eval.loss);
+  e.checkpoint = r.last_checkpoint;
+  const EvalResult all = eval_command(EvalArgs{r.last_checkpoint, (tmp_ / "shards").string(), 0, ""});
+  EXPECT_GT(all.tokens, eval_command(e).tokens);
+
+  SampleArgs s;
+  s.checkpoint = tmp_ / "run";
+  s.prompt = "the ";
+  s.tokens = 12;
+  s.seed = 5;
+  const std::string text = sample_command(s);
+  EXPECT_LE(text.size(), 12u);
+  EXPECT_EQ(sample_command(s), text);
+  s.temperature = 0;
+  EXPECT_EQ(sample_command(s), sample_command(s));
+}
+
+TEST_F(CommandsTest, ArgumentsMapToConfigKeys) {
+  TrainArgs a = train_args("x");
+  a.recipe = "bf16";
+  const RunConfig c = run_config_from_args(a);
+  EXPECT_EQ(c.train.out_dir, (tmp_ / "x").string());
+  EXPECT_EQ(c.recipe.name, "bf16");
+  EXPECT_EQ(c.model.d_model, 32);
+  // --set comes last, so it wins over --out.
+  a.sets.push_back("train.out_dir=y");
+  EXPECT_EQ(run_config_from_args(a).train.out_dir, "y");
+  a.recipe = "nonexistent-recipe";
+  EXPECT_THAT(error_of([&] { train_command(a); }), HasSubstr("nonexistent-recipe"));
+}
+
+TEST_F(CommandsTest, LoadModelNeedsACheckpoint) {
+  fs::create_directories(tmp_ / "empty");
+  EXPECT_THAT(error_of([&] { load_model(tmp_ / "empty"); }),
+              HasSubstr("neither a checkpoint (no manifest.json) nor a run directory with checkpoints"));
+}
+
+TEST_F(CommandsTest, PrepareWritesShardsAndManifest) {
+  PrepareArgs p;
+  p.inputs = {tmp_ / "text/train"};
+  p.val_inputs = {tmp_ / "text/val"};
+  p.tokenizer = "bytes";
+  p.out = tmp_ / "prepared";
+  p.threads = 2;
+  p.shard_tokens = 5000;
+  prepare_command(p);
+  const Manifest m = read_manifest(tmp_ / "prepared");
+  EXPECT_EQ(m.vocab_size, 257);
+  EXPECT_GT(m.train.shards.size(), 1u);
+  EXPECT_EQ(m.train.tokens, read_manifest(tmp_ / "shards").train.tokens);
+}
+
+}  // namespace
+}  // namespace fp4
