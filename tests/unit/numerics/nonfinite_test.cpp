@@ -49,8 +49,14 @@ TEST(Nonfinite, PoisonsOnlyItsBlockInEveryMode) {
     for (int k = 0; k < 6; ++k) {
       const int64_t i = pos(g);
       x[i] = bad_values[k % 3];
-      clean[i] = 0.0f;
       bad.insert(i);
+      // The reference holds 0 where the quantizer sees no finite value: the bad element, or with RHT16
+      // its whole segment (all 16 transformed values are non-finite; the RHT of zeros is zeros).
+      if (spec.rht_n) {
+        for (int64_t j = i / 16 * 16; j < i / 16 * 16 + 16; ++j) clean[j] = 0.0f;
+      } else {
+        clean[i] = 0.0f;
+      }
     }
     const QuantRandomness rnd{{g(), g()}, rht_signs_from_seed({g(), g()}, 16)};
     const Nvfp4Tensor q = quantize_nvfp4(x.data(), rows, cols, spec, rnd);
