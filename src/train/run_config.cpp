@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <sstream>
@@ -88,7 +89,14 @@ T convert(const Value& v, const std::string& where) {
 
 template <typename T>
 nlohmann::json to_json_value(const T& v) {
-  return nlohmann::json(v);
+  if constexpr (std::is_same_v<T, float>) {
+    // The shortest decimal that reads back as this float: 0.02, not 0.019999999552965164.
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+  } else {
+    return nlohmann::json(v);
+  }
 }
 
 struct Field {
@@ -424,8 +432,6 @@ void validate(const RunConfig& c) {
             o.decay_fraction);
   FP4_CHECK(o.decay_shape == "linear" || o.decay_shape == "1-sqrt", "optim.decay_shape must be linear or 1-sqrt, got '",
             o.decay_shape, "'");
-  FP4_CHECK(o.warmup <= c.schedule_steps(), "optim.warmup ", o.warmup, " is longer than the schedule (",
-            c.schedule_steps(), " steps)");
   const auto& t = c.train;
   FP4_CHECK(t.steps > 0, "train.steps must be positive, got ", t.steps);
   FP4_CHECK(t.log_every > 0, "train.log_every must be positive, got ", t.log_every);
@@ -436,6 +442,8 @@ void validate(const RunConfig& c) {
   FP4_CHECK(!t.out_dir.empty(), "train.out_dir must not be empty");
   FP4_CHECK(t.device == "cpu" || t.device == "cuda", "train.device must be cpu or cuda, got '", t.device, "'");
   FP4_CHECK(!c.recipe.name.empty(), "recipe.name must not be empty");
+  FP4_CHECK(o.warmup <= c.schedule_steps(), "optim.warmup ", o.warmup, " is longer than the schedule (",
+            c.schedule_steps(), " steps)");
 }
 
 nlohmann::json to_json(const RunConfig& cfg) {

@@ -168,6 +168,17 @@ TEST(RunConfig, JsonRoundTripIsExact) {
   EXPECT_EQ(to_json(back), to_json(cfg));
   EXPECT_EQ(back.optim.lr, lr);
   EXPECT_EQ(config_hash(back), config_hash(cfg));
+  // Float fields are stored as their shortest decimal and still come back bit for bit.
+  std::uniform_real_distribution<float> f(1e-7f, 1.0f);
+  RunConfig r = cfg;
+  for (int i = 0; i < 2000; ++i) {
+    r.model.init_std = f(rng);
+    r.model.norm_eps = f(rng) * 1e-3f;
+    const auto b = run_config_from_json(to_json(r), "stored");
+    ASSERT_EQ(b.model.init_std, r.model.init_std);
+    ASSERT_EQ(b.model.norm_eps, r.model.norm_eps);
+  }
+  EXPECT_EQ(to_json(default_run_config())["model"]["init_std"].dump(), "0.02");
   auto j = to_json(cfg);
   j["optim"]["lrr"] = 1;
   EXPECT_THAT(error_of([&] { run_config_from_json(j, "trainer.json"); }),
