@@ -1,0 +1,60 @@
+// attention_backward: argument checks, the workspace size, the compiled tile configurations and the
+// default per head size.
+#include "ops/cuda/attention_args.cuh"
+#include "ops/cuda/attention_bwd.cuh"
+#include "ops/cuda/attention_cuda.h"
+#include "ops/cuda/attention_variants.cuh"
+
+namespace fp4::cuda {
+namespace attn {
+
+// <kD, kWarps, kBlockM>: kWarps warps of 16 keys each, query steps of kBlockM rows. D = 64 defaults to
+// 8 warps (128 keys per CTA): every Q/dO tile loaded and every dq atomic serves twice the keys of a 64-key
+// CTA. D = 128 defaults to 4 warps with 32-query steps: dK and dV take 128 FP32 registers per thread, so S
+// and dP must stay small (64-query steps spill).
+constexpr BwdVariant kBwdVariants[] = {
+    {"bwd d64 keys128 q64 (8 warps)", 64, &launch_attention_backward<64, 8, 64>},
+    {"bwd d64 keys64 q64 (4 warps)", 64, &launch_attention_backward<64, 4, 64>},
+    {"bwd d64 keys128 q32 (8 warps)", 64, &launch_attention_backward<64, 8, 32>},
+    {"bwd d128 keys64 q32 (4 warps)", 128, &launch_attention_backward<128, 4, 32>},
+    {"bwd d128 keys128 q32 (8 warps)", 128, &launch_attention_backward<128, 8, 32>},
+    {"bwd d128 keys64 q64 (4 warps)", 128, &launch_attention_backward<128, 4, 64>},
+};
+
+std::span<const BwdVariant> backward_variants() { return kBwdVariants; }
+
+const BwdVariant& default_backward_variant(int D) {
+  for (const BwdVariant& v : kBwdVariants)
+    if (v.head_dim == D) return v;
+  FP4_THROW("attention_backward: head size D=", D, " is not supported (64 or 128)");
+}
+
+}  // namespace attn
+
+size_t attention_backward_workspace_bytes(int B, int T, int H, int D) {
+  attn::check_shape("attention_backward_workspace_bytes", B, T, H, D, 1.f);
+  return attn::bwd_workspace_bytes(B, T, H, D);
+}
+
+void attention_backward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, int ld_qkv,
+                        const __nv_bfloat16* out, const __nv_bfloat16* dout, int ld_out, const float* lse,
+                        __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, int ld_dqkv, int B, int T, int H,
+                        int D, float scale, void* workspace, cudaStream_t stream) {
+  constexpr const char* kWhat = "attention_backward";
+  attn::check_shape(kWhat, B, T, H, D, scale);
+  attn::check_matrix(kWhat, "q", q, ld_qkv, H, D);
+  attn::check_matrix(kWhat, "k", k, ld_qkv, H, D);
+  attn::check_matrix(kWhat, "v", v, ld_qkv, H, D);
+  attn::check_matrix(kWhat, "out", out, ld_out, H, D);
+  attn::check_matrix(kWhat, "dout", dout, ld_out, H, D);
+  attn::check_matrix(kWhat, "dq", dq, ld_dqkv, H, D);
+  attn::check_matrix(kWhat, "dk", dk, ld_dqkv, H, D);
+  attn::check_matrix(kWhat, "dv", dv, ld_dqkv, H, D);
+  attn::check_pointer(kWhat, "lse", lse);
+  attn::check_pointer(kWhat, "workspace", workspace);
+  const attn::BwdArgs a =
+      attn::make_bwd_args(q, k, v, ld_qkv, out, dout, ld_out, lse, dq, dk, dv, ld_dqkv, B, T, H, D, scale, workspace);
+  attn::default_backward_variant(D).launch(a, stream);
+}
+
+}  // namespace fp4::cuda

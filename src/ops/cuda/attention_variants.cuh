@@ -1,0 +1,34 @@
+// The compiled tile configurations of the attention kernels, for the entry points (which use the first
+// configuration listed for each head size), the tests (which check every one) and the benchmark (which
+// times every one, so one device run can compare them).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <span>
+
+#include "ops/cuda/attention_bwd.cuh"
+#include "ops/cuda/attention_fwd.cuh"
+
+namespace fp4::cuda::attn {
+
+struct FwdVariant {
+  const char* name;
+  int head_dim;
+  void (*launch)(const FwdParams&, cudaStream_t);
+};
+
+struct BwdVariant {
+  const char* name;
+  int head_dim;
+  void (*launch)(const BwdArgs&, cudaStream_t);
+};
+
+std::span<const FwdVariant> forward_variants();   // defined in attention_fwd.cu
+std::span<const BwdVariant> backward_variants();  // defined in attention_bwd.cu
+
+// The default configuration for head size D: the first one listed. Throws for an unsupported D.
+const FwdVariant& default_forward_variant(int D);
+const BwdVariant& default_backward_variant(int D);
+
+}  // namespace fp4::cuda::attn
