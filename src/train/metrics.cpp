@@ -116,10 +116,7 @@ void Progress::draw_bar() {
 
 void Progress::step(const TrainRecord& r, bool log) {
   if (bar_) {
-    // The bar shows the latest logged rate; the loss of every step.
-    const double rate = log ? r.tokens_per_s : last_.tokens_per_s;
     last_ = r;
-    last_.tokens_per_s = rate;
     const auto now = std::chrono::steady_clock::now();
     if (log || r.step == total_steps_ || now - last_draw_ > std::chrono::milliseconds(100)) {
       draw_bar();
