@@ -38,7 +38,7 @@ void add_eval(CLI::App& app, fp4::EvalArgs& a) {
   auto* cmd = app.add_subcommand("eval", "validation loss and perplexity of a checkpoint");
   cmd->add_option("--checkpoint", a.checkpoint, "checkpoint directory, or a run directory (its latest)")->required();
   cmd->add_option("--data", a.data, "prepared data directory (default: the run's validation data)");
-  cmd->add_option("--batches", a.batches, "evaluate the first N batches (0: all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batches", a.batches, "N batches of windows spread evenly over the split (0: every window)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", a.device, "cpu or cuda (default: the device the run trained on)");
 }
 

@@ -86,15 +86,14 @@ EvalResult eval_command(const EvalArgs& args) {
   o.split = "val";
   o.batch = m.config.data.batch;
   o.seq = m.config.data.seq;
+  o.max_windows = args.batches * o.batch;  // spread over the split, as the trainer's evaluations
   const Manifest manifest = read_manifest(o.data);
   FP4_CHECK(manifest.vocab_size <= m.config.model.vocab_real, o.data.string(), ": vocabulary ", manifest.vocab_size,
             " does not fit the model's ", m.config.model.vocab_real);
   ValidationLoader loader(o);
   std::fprintf(stderr, "evaluating %s on %s (split val, %lld batches of %d x %d)\n", m.checkpoint.string().c_str(),
-               o.data.string().c_str(),
-               static_cast<long long>(args.batches > 0 ? std::min(args.batches, loader.batches()) : loader.batches()),
-               o.batch, o.seq);
-  const EvalResult r = evaluate_split(*m.engine, loader, args.batches);
+               o.data.string().c_str(), static_cast<long long>(loader.batches()), o.batch, o.seq);
+  const EvalResult r = evaluate_split(*m.engine, loader, 0);
   std::printf("val loss %.4f | val ppl %.3f | %lld tokens\n", r.loss, r.perplexity, static_cast<long long>(r.tokens));
   return r;
 }

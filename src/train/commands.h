@@ -51,7 +51,7 @@ LoadedModel load_model(const std::filesystem::path& path, const std::string& dev
 struct EvalArgs {
   std::filesystem::path checkpoint;
   std::string data;     // prepared directory; empty: the run's validation directory
-  int64_t batches = 0;  // 0: the whole split
+  int64_t batches = 0;  // batches of windows spread evenly over the split; 0: every window
   std::string device;
 };
 EvalResult eval_command(const EvalArgs& args);

@@ -47,7 +47,7 @@ struct TrainConfig {
   int64_t steps = 400;       // train up to this step, then stop (the schedule may be longer)
   int log_every = 10;
   int eval_every = 100;      // 0: only at the end
-  int eval_batches = 16;     // 0: the whole validation split
+  int eval_batches = 16;     // batches of windows spread over the validation split; 0: all of it
   int ckpt_every = 200;      // 0: only at the end
   int keep_checkpoints = 3;  // the newest K are kept
   std::string out_dir = "runs/tiny";

@@ -79,6 +79,8 @@ Trainer::Trainer(RunConfig cfg, TrainerOptions options)
   LoaderOptions vo = lo;
   vo.data = cfg_.val_dir();
   vo.split = "val";
+  // eval_batches batches of windows spread over the whole split, the same ones at every evaluation.
+  vo.max_windows = static_cast<int64_t>(cfg_.train.eval_batches) * cfg_.data.batch;
   val_ = std::make_unique<ValidationLoader>(vo);
 
   engine_ = make_engine(cfg_, recipe_);
@@ -136,7 +138,7 @@ fs::path Trainer::save(Progress& progress) {
 }
 
 EvalResult Trainer::evaluate(Progress& progress) {
-  const EvalResult r = evaluate_split(*engine_, *val_, cfg_.train.eval_batches);
+  const EvalResult r = evaluate_split(*engine_, *val_, 0);
   EvalRecord rec;
   rec.step = step_;
   rec.tokens = tokens_;
