@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 TOL_GRAD = 1e-4   # loss, gradients, one AdamW step: norm-wise relative
-TRAJ_FACTOR = 3.0  # free-running trajectory: engine error <= 3 x torch FP32's own error (see check_trajectory)
+TRAJ_FACTOR = 5.0  # free-running trajectory: engine error <= 5 x torch FP32's own error ...
+TRAJ_FLOOR = 1e-3  # ... or 1e-3 (see check_trajectory)
 
 
 def read_safetensors(path):
@@ -238,27 +239,31 @@ def run_free(meta, tensors, names, dtype):
 
 def check_trajectory(meta, tensors, names, failures):
     """10 free-running steps from the same initial weights. AdamW divides by sqrt(v), so rounding-sized
-    gradient differences grow along a trajectory; the engine (FP32) must stay as close to the FP64
-    reference as PyTorch's own FP32 run does (within a factor TRAJ_FACTOR, floor TOL_GRAD)."""
+    gradient differences grow along a trajectory, differently for any two FP32 implementations. The
+    engine (FP32) must stay about as close to the FP64 reference as PyTorch's own FP32 run: its worst
+    error over all parameter updates and per-step losses / gradient norms is at most TRAJ_FACTOR times
+    torch FP32's worst, or TRAJ_FLOOR. This catches a wrong schedule, decay group or accumulation
+    (errors of order 1), not rounding; checks 1 and 2 are the precise ones."""
     s64, p64 = run_free(meta, tensors, names, torch.float64)
     s32, p32 = run_free(meta, tensors, names, torch.float32)
-    worst_engine = worst_f32 = 0.0
+    worst_engine, worst_f32, where = 0.0, 0.0, ""
     for n in names:
         w0 = tensors["init." + n].double()
         e_engine = rel(tensors["final." + n].double() - w0, p64[n] - w0)
-        e_f32 = rel(p32[n] - w0, p64[n] - w0)
-        worst_engine, worst_f32 = max(worst_engine, e_engine), max(worst_f32, e_f32)
-        if e_engine > max(TRAJ_FACTOR * e_f32, TOL_GRAD):
-            failures.append(f"update of {n} after {len(names)} steps: relative error {e_engine:.2e} "
-                            f"(torch FP32: {e_f32:.2e})")
+        worst_f32 = max(worst_f32, rel(p32[n] - w0, p64[n] - w0))
+        if e_engine > worst_engine:
+            worst_engine, where = e_engine, f"update of {n}"
     for k, want in enumerate(meta["steps"]):
         for i, what in enumerate(("loss", "grad_norm")):
             e_engine = abs(want[what] - s64[k][i]) / abs(s64[k][i])
-            e_f32 = abs(s32[k][i] - s64[k][i]) / abs(s64[k][i])
-            if e_engine > max(TRAJ_FACTOR * e_f32, TOL_GRAD):
-                failures.append(f"free-running step {k} {what}: relative error {e_engine:.2e} (torch FP32: {e_f32:.2e})")
-    print(f"  {len(meta['steps'])} free-running steps: weight updates worst relative error {worst_engine:.2e} "
-          f"(torch FP32 vs FP64: {worst_f32:.2e})")
+            worst_f32 = max(worst_f32, abs(s32[k][i] - s64[k][i]) / abs(s64[k][i]))
+            if e_engine > worst_engine:
+                worst_engine, where = e_engine, f"step {k} {what}"
+    bound = max(TRAJ_FACTOR * worst_f32, TRAJ_FLOOR)
+    print(f"  {len(meta['steps'])} free-running steps: engine vs FP64 worst relative error {worst_engine:.2e} "
+          f"({where}); torch FP32 vs FP64 {worst_f32:.2e}; bound {bound:.2e}")
+    if worst_engine > bound:
+        failures.append(f"free-running trajectory: {where} relative error {worst_engine:.2e} > {bound:.2e}")
 
 
 def main():
