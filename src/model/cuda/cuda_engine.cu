@@ -1,0 +1,328 @@
+#include "model/cuda/cuda_engine.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+#include "model/cuda/batch_upload.h"
+#include "model/cuda/cuda_olmo2.h"
+#include "model/cuda/device_adamw.h"
+#include "model/cuda/device_params.h"
+#include "model/olmo2.h"
+#include "ops/cuda/gemm_cublaslt.h"
+#include "tensor/tensor.h"
+
+namespace fp4 {
+
+namespace {
+
+constexpr const char* kMomentPrefix1 = "adamw.m.";
+constexpr const char* kMomentPrefix2 = "adamw.v.";
+constexpr const char* kStepName = "adamw.step";
+
+int select_device(int device) {
+  int count = 0;
+  const cudaError_t st = cudaGetDeviceCount(&count);
+  FP4_CHECK(st == cudaSuccess && count > 0, "CUDA engine: no CUDA device available (",
+            st == cudaSuccess ? "none found" : cudaGetErrorString(st), ")");
+  FP4_CHECK(device >= 0 && device < count, "CUDA engine: device ", device, " does not exist (", count,
+            " CUDA device(s))");
+  FP4_CUDA_CHECK(cudaSetDevice(device));
+  return device;
+}
+
+// The engine's one stream; blocking with respect to the legacy default stream.
+class Stream {
+ public:
+  Stream() { FP4_CUDA_CHECK(cudaStreamCreate(&s_)); }
+  ~Stream() {
+    if (s_ != nullptr) cudaStreamDestroy(s_);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+// The CPU engine's batch rules, plus the token range its forward checks.
+void check_batch(const Batch& b, const ModelConfig& cfg, const std::string& what, bool targets) {
+  FP4_CHECK(b.batch > 0 && b.seq > 0, what, ": empty batch shape ", b.batch, " x ", b.seq);
+  FP4_CHECK(b.seq <= cfg.max_seq_len, what, ": seq ", b.seq, " exceeds max_seq_len ", cfg.max_seq_len);
+  const size_t n = static_cast<size_t>(b.batch) * static_cast<size_t>(b.seq);
+  FP4_CHECK(b.tokens.size() == n, what, ": ", b.tokens.size(), " tokens for shape ", b.batch, " x ", b.seq);
+  for (size_t i = 0; i < n; ++i)
+    FP4_CHECK(b.tokens[i] >= 0 && b.tokens[i] < cfg.vocab_size, what, ": token ", b.tokens[i], " at position ", i,
+              " is outside the embedding table (", cfg.vocab_size, " rows)");
+  if (!targets) return;
+  FP4_CHECK(b.targets.size() == n, what, ": ", b.targets.size(), " targets for shape ", b.batch, " x ", b.seq);
+  for (size_t i = 0; i < n; ++i)
+    FP4_CHECK(b.targets[i] < cfg.vocab_real, what, ": target ", b.targets[i], " at position ", i,
+              " is outside the vocabulary (", cfg.vocab_real, " ids)");
+}
+
+int64_t count_targets(const Batch& b) {
+  int64_t n = 0;
+  for (int32_t t : b.targets) n += t >= 0;
+  return n;
+}
+
+StateTensor f32_tensor(std::string name, const std::vector<int64_t>& shape, const std::vector<float>& data) {
+  StateTensor t{std::move(name), "F32", shape, std::vector<uint8_t>(data.size() * sizeof(float))};
+  std::memcpy(t.bytes.data(), data.data(), t.bytes.size());
+  return t;
+}
+
+class CudaEngine final : public TrainingEngine, public GradientProbe {
+ public:
+  CudaEngine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed, int device)
+      : device_(select_device(device)), cfg_(cfg), uploader_(stream_.get()), sums_(2) {
+    FP4_CHECK(recipe.optimizer == "adamw", "recipe ", recipe.name, ": optimizer '", recipe.optimizer,
+              "' is not available in the CUDA engine (adamw only)");
+    cudaDeviceProp prop{};
+    FP4_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    device_name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
+    {
+      // The CPU model defines the parameter layout and draws the initial values; the real recipe's
+      // linear layers are built by CudaOlmo2 below (the CPU model would refuse quantized ones).
+      Olmo2Model host(cfg, Recipe{});
+      host.init_parameters(seed);
+      params_ = std::make_unique<cuda::DeviceParams>(host.params(), stream_.get());
+    }
+    adam_ = std::make_unique<cuda::DeviceAdamW>(*params_, stream_.get());
+    model_ = std::make_unique<cuda::CudaOlmo2>(cfg_, recipe, *params_, gemm_, stream_.get());
+  }
+
+  ~CudaEngine() override {
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_.get());  // nothing queued may outlive the buffers
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  std::string device_name() const override { return device_name_; }
+
+  StepStats train_step(std::span<const Batch> micro_batches, const StepHyper& hyper) override {
+    set_device();
+    const std::string where = "train step " + std::to_string(adam_->step_count() + 1);
+    const int64_t total = run_micro_batches(micro_batches, where);
+    adam_->queue_step(*params_, hyper, sums_.data());
+    const StepStats stats = finish(where, total);
+    adam_->commit_step();
+    return stats;
+  }
+
+  StepStats compute_gradients(std::span<const Batch> micro_batches) override {
+    set_device();
+    const std::string where = "compute_gradients";
+    const int64_t total = run_micro_batches(micro_batches, where);
+    adam_->queue_norm(*params_, sums_.data());
+    return finish(where, total);
+  }
+
+  void read_gradient(const std::string& name, std::span<float> out) const override {
+    set_device();
+    params_->read_grad(params_->require(name), out);
+  }
+
+  StepStats evaluate(const Batch& batch) override {
+    set_device();
+    check_batch(batch, cfg_, "evaluate", true);
+    const auto up = uploader_.upload({&batch, 1}, true, false);
+    FP4_CUDA_CHECK(cudaMemsetAsync(sums_.data(), 0, sums_.bytes(), stream_.get()));
+    model_->forward(up[0]);
+    model_->loss(up[0], false, 0.0f, sums_.data());
+    double sums[2];
+    cuda::copy_to_host(sums, sums_.data(), sizeof(sums), stream_.get());
+    StepStats stats;
+    stats.tokens = count_targets(batch);
+    if (stats.tokens > 0) stats.loss = stats.ce_loss = sums[1] / static_cast<double>(stats.tokens);
+    return stats;
+  }
+
+  void last_logits(const Batch& batch, std::span<float> out) override {
+    set_device();
+    check_batch(batch, cfg_, "last_logits", false);
+    const size_t need = static_cast<size_t>(batch.batch) * static_cast<size_t>(cfg_.vocab_size);
+    FP4_CHECK(out.size() == need, "last_logits: output holds ", out.size(), " floats, need ", need);
+    const auto up = uploader_.upload({&batch, 1}, false, false);
+    model_->forward(up[0]);
+    model_->last_logits(out);
+  }
+
+  std::vector<ParameterInfo> parameters() const override {
+    std::vector<ParameterInfo> out;
+    for (int i = 0; i < params_->size(); ++i) out.push_back(params_->at(i).info);
+    return out;
+  }
+
+  void read_parameter(const std::string& name, std::span<float> out) const override {
+    set_device();
+    params_->read_value(params_->require(name), out);
+  }
+
+  void write_parameter(const std::string& name, std::span<const float> in) override {
+    set_device();
+    params_->write_value(params_->require(name), in);
+  }
+
+  // The CPU engine's tensors: every parameter, then its AdamW moments, then the step counter.
+  std::vector<StateTensor> save_state() const override {
+    set_device();
+    std::vector<StateTensor> out;
+    for (int i = 0; i < params_->size(); ++i) {
+      const auto& p = params_->at(i);
+      std::vector<float> buf(static_cast<size_t>(p.info.numel()));
+      params_->read_value(i, buf);
+      out.push_back(f32_tensor(p.info.name, p.info.shape, buf));
+    }
+    for (int i = 0; i < params_->size(); ++i) {
+      const auto& p = params_->at(i);
+      std::vector<float> buf(static_cast<size_t>(p.info.numel()));
+      adam_->read_moment(0, p, buf);
+      out.push_back(f32_tensor(kMomentPrefix1 + p.info.name, p.info.shape, buf));
+      adam_->read_moment(1, p, buf);
+      out.push_back(f32_tensor(kMomentPrefix2 + p.info.name, p.info.shape, buf));
+    }
+    StateTensor step{kStepName, "I64", {1}, std::vector<uint8_t>(sizeof(int64_t))};
+    const int64_t s = adam_->step_count();
+    std::memcpy(step.bytes.data(), &s, sizeof(s));
+    out.push_back(std::move(step));
+    return out;
+  }
+
+  // Tensors this engine does not know (a trainer's own entries) are left alone. Everything is checked
+  // before anything changes, so a bad state leaves the engine as it was.
+  void load_state(const std::vector<StateTensor>& state) override {
+    set_device();
+    std::map<std::string, const StateTensor*> by_name;
+    for (const auto& t : state) by_name[t.name] = &t;
+    auto find = [&](const std::string& name, const char* dtype,
+                    const std::vector<int64_t>& shape) -> const StateTensor& {
+      const auto it = by_name.find(name);
+      FP4_CHECK(it != by_name.end(), "load_state: tensor '", name, "' is missing");
+      const StateTensor& t = *it->second;
+      FP4_CHECK(t.dtype == dtype, "load_state: tensor '", name, "' has dtype ", t.dtype, ", expected ", dtype);
+      FP4_CHECK(t.shape == shape, "load_state: tensor '", name, "' has shape ", shape_string(t.shape),
+                ", expected ", shape_string(shape));
+      int64_t n = 1;
+      for (auto d : shape) n *= d;
+      const size_t elem = std::string(dtype) == "I64" ? 8 : 4;
+      FP4_CHECK(t.bytes.size() == static_cast<size_t>(n) * elem, "load_state: tensor '", name, "' holds ",
+                t.bytes.size(), " bytes, expected ", static_cast<size_t>(n) * elem);
+      return t;
+    };
+    std::vector<const StateTensor*> values, m, v;
+    for (int i = 0; i < params_->size(); ++i) {
+      const auto& info = params_->at(i).info;
+      values.push_back(&find(info.name, "F32", info.shape));
+      m.push_back(&find(kMomentPrefix1 + info.name, "F32", info.shape));
+      v.push_back(&find(kMomentPrefix2 + info.name, "F32", info.shape));
+    }
+    const StateTensor& step = find(kStepName, "I64", {1});
+    int64_t s = 0;
+    std::memcpy(&s, step.bytes.data(), sizeof(s));
+    FP4_CHECK(s >= 0, "load_state: tensor '", kStepName, "' holds a negative step ", s);
+    auto as_floats = [](const StateTensor* t) {
+      return std::span<const float>(reinterpret_cast<const float*>(t->bytes.data()), t->bytes.size() / sizeof(float));
+    };
+    for (int i = 0; i < params_->size(); ++i) {
+      const size_t k = static_cast<size_t>(i);
+      params_->write_value(i, as_floats(values[k]));
+      adam_->write_moment(0, params_->at(i), as_floats(m[k]));
+      adam_->write_moment(1, params_->at(i), as_floats(v[k]));
+    }
+    adam_->set_step_count(s);
+  }
+
+ private:
+  void set_device() const { FP4_CUDA_CHECK(cudaSetDevice(device_)); }
+
+  // Queues forward, loss and backward of every micro-batch with the step's loss scaling; returns the
+  // step's target count. Gradients are zeroed first, the loss sums accumulate in sums_.
+  int64_t run_micro_batches(std::span<const Batch> micro_batches, const std::string& where) {
+    FP4_CHECK(!micro_batches.empty(), where, ": no micro-batches");
+    int64_t total = 0;
+    for (size_t i = 0; i < micro_batches.size(); ++i) {
+      check_batch(micro_batches[i], cfg_, where + " micro-batch " + std::to_string(i), true);
+      total += count_targets(micro_batches[i]);
+    }
+    FP4_CHECK(total > 0, where, ": no target tokens in ", micro_batches.size(), " micro-batches");
+    // Each token's loss is divided by the step's total token count, as in the CPU engine.
+    const float grad_scale = static_cast<float>(1.0 / static_cast<double>(total));
+    const auto up = uploader_.upload(micro_batches, true, true);
+    params_->zero_grads();
+    FP4_CUDA_CHECK(cudaMemsetAsync(sums_.data(), 0, sums_.bytes(), stream_.get()));
+    for (const auto& mb : up) {
+      model_->forward(mb);
+      model_->loss(mb, true, grad_scale, sums_.data());
+      model_->backward(mb);
+    }
+    return total;
+  }
+
+  // The step's one wait: loss sums, norm and per-parameter sums of squares. Throws, naming the cause,
+  // when the loss or a gradient is not finite (the update was skipped on the device).
+  StepStats finish(const std::string& where, int64_t total) {
+    std::vector<double> sumsq;
+    const cuda::StepControl ctl = adam_->read_control(sumsq);
+    double sums[2];
+    cuda::copy_to_host(sums, sums_.data(), sizeof(sums), stream_.get());
+    if (!std::isfinite(sums[0])) FP4_THROW(where, ": loss is ", sums[0] / static_cast<double>(total), "; ", diagnose_forward());
+    // Scanned in backward order (LM head first): the parameter closest to where the NaN/Inf entered.
+    for (int i = params_->size(); i-- > 0;) {
+      if (std::isfinite(sumsq[static_cast<size_t>(i)])) continue;
+      const auto& p = params_->at(i);
+      std::vector<float> g(static_cast<size_t>(p.info.numel()));
+      params_->read_grad(i, g);
+      for (size_t j = 0; j < g.size(); ++j)
+        if (!std::isfinite(g[j]))
+          FP4_THROW(where, ": non-finite gradient (", g[j], ") in parameter ", p.info.name, " at element ", j);
+      FP4_THROW(where, ": the gradient of parameter ", p.info.name, " overflows its sum of squares");
+    }
+    FP4_CHECK(!ctl.skip, where, ": the global gradient norm is not finite (", ctl.grad_norm, ")");
+    StepStats stats;
+    stats.loss = sums[0] / static_cast<double>(total);
+    stats.ce_loss = sums[1] / static_cast<double>(total);
+    stats.grad_norm = ctl.grad_norm;
+    stats.tokens = total;
+    return stats;
+  }
+
+  // Why the loss is not finite: a parameter holding NaN/Inf, else the first non-finite activation.
+  std::string diagnose_forward() const {
+    for (int i = 0; i < params_->size(); ++i) {
+      const auto& p = params_->at(i);
+      std::vector<float> w(static_cast<size_t>(p.info.numel()));
+      params_->read_value(i, w);
+      for (size_t j = 0; j < w.size(); ++j)
+        if (!std::isfinite(w[j]))
+          return "parameter " + p.info.name + " holds a non-finite value (" + std::to_string(w[j]) + " at element " +
+                 std::to_string(j) + ")";
+    }
+    const std::string act = model_->first_nonfinite_activation();
+    if (!act.empty()) return "the first non-finite activation (last micro-batch) is the " + act;
+    return "all activations are finite: the logits overflow the loss";
+  }
+
+  int device_;
+  std::string device_name_;
+  ModelConfig cfg_;
+  Stream stream_;
+  cuda::GemmRunner gemm_;
+  cuda::BatchUploader uploader_;
+  DeviceBuffer<double> sums_;  // [loss, ce] of the current step or evaluation
+  std::unique_ptr<cuda::DeviceParams> params_;
+  std::unique_ptr<cuda::DeviceAdamW> adam_;
+  std::unique_ptr<cuda::CudaOlmo2> model_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainingEngine> make_cuda_engine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed,
+                                                 int device) {
+  return std::make_unique<CudaEngine>(cfg, recipe, seed, device);
+}
+
+}  // namespace fp4

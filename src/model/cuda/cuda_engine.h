@@ -1,0 +1,38 @@
+// The CUDA training engine: OLMo-2 on one GPU with BF16 activations, FP32 master weights, cuBLASLt
+// GEMMs and hand-written kernels (docs/CUDA_ENGINE.md). It mirrors the CPU reference engine
+// (model/cpu_engine.h): same parameter names, shapes and initialisation, same loss, AdamW and clipping,
+// same checkpoint tensors, so a state saved by either engine loads into the other.
+// This header needs no CUDA headers: the trainer includes it from plain C++.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "model/config.h"
+#include "model/engine.h"
+#include "recipe/recipe.h"
+
+namespace fp4 {
+
+// Builds the engine on CUDA device `device`, initialised from `seed` exactly as make_cpu_engine(cfg,
+// recipe, seed) is (the CPU init code runs on the host; the FP32 values are uploaded). Throws fp4::Error
+// for an invalid config, a missing device, or a recipe this engine cannot run (quantized linears, an
+// optimizer other than adamw).
+std::unique_ptr<TrainingEngine> make_cuda_engine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed,
+                                                 int device = 0);
+
+// Extra entry points of the CUDA engine for tests and reference tools:
+// dynamic_cast<GradientProbe*>(engine.get()).
+class GradientProbe {
+ public:
+  virtual ~GradientProbe() = default;
+  // Forward and backward over the micro-batches exactly as train_step does (same loss scaling), without
+  // clipping or update; the step counter does not move. grad_norm is the unclipped global norm.
+  virtual StepStats compute_gradients(std::span<const Batch> micro_batches) = 0;
+  // The FP32 gradient of a parameter from the last compute_gradients or train_step (before clipping).
+  virtual void read_gradient(const std::string& name, std::span<float> out) const = 0;
+};
+
+}  // namespace fp4

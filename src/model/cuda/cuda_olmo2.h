@@ -1,0 +1,73 @@
+// CudaOlmo2: the OLMo-2 forward and hand-written backward on the GPU, the same computation as the CPU
+// Olmo2Model (model/olmo2.h) with BF16 activations, FP32 residual stream and FP32 master weights.
+// Per block: h = x + RMSNorm(Attn(x)), out = h + RMSNorm(MLP(h)); QK-norm over the full q and k, RoPE,
+// causal attention, SwiGLU; final norm, untied LM head, cross-entropy + z-loss over the real vocabulary.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/cuda/activation_arena.h"
+#include "model/cuda/batch_upload.h"
+#include "model/cuda/device_params.h"
+#include "nn/cuda/linear_cuda.h"
+#include "ops/cuda/gemm_cublaslt.h"
+#include "recipe/recipe.h"
+
+namespace fp4::cuda {
+
+class CudaOlmo2 {
+ public:
+  // The parameters must have the layout of Olmo2Model's ParameterSet for `cfg`.
+  CudaOlmo2(const ModelConfig& cfg, const Recipe& recipe, DeviceParams& params, GemmRunner& gemm,
+            cudaStream_t stream);
+
+  // Forward through the final norm (sizes the activation arena for the batch's shape).
+  void forward(const DeviceBatch& batch);
+  // LM head + cross-entropy over the forward's rows: sums[0] += sum of (ce + z-loss), sums[1] += sum of
+  // ce. With backward, the LM head's gradient and the gradient at the final norm output are computed,
+  // scaled by grad_scale, ready for backward().
+  void loss(const DeviceBatch& batch, bool backward, float grad_scale, double* sums);
+  // Backward from the final norm to the embedding; parameter gradients accumulate.
+  void backward(const DeviceBatch& batch);
+  // Logits of the last position of each sequence of the last forward into host `out` [b][vocab]
+  // (FP32; padded ids get -inf). Synchronizes.
+  void last_logits(std::span<float> out);
+
+  // The first saved activation of the last forward holding a NaN/Inf, named as the CPU model names
+  // it ("embedding output", "blocks.1.attn output", ...), or "". Synchronizes; for error messages.
+  std::string first_nonfinite_activation() const;
+
+  // Whether the fused attention kernels take this head size (otherwise the plain fallback runs).
+  static bool fused_attention_supports(int head_dim);
+
+ private:
+  struct BlockParams {
+    int q_norm, k_norm, attn_norm, mlp_norm;
+    std::unique_ptr<LinearCuda> qkv, wo, gate_up, down;
+  };
+
+  void block_forward(int l);
+  void block_backward(int l, const float* dout, float* dx);
+  void run_attention_forward(const LayerActivations& la);
+  void run_attention_backward(const LayerActivations& la);
+  size_t attention_workspace_bytes(int b, int t) const;
+  DeviceWeight weight(int i);
+
+  ModelConfig cfg_;
+  DeviceParams& params_;
+  GemmRunner& gemm_;
+  cudaStream_t stream_;
+  int embed_ = -1, final_norm_ = -1, lm_head_ = -1;
+  std::vector<BlockParams> blocks_;
+  DeviceBuffer<float> rope_cos_, rope_sin_;  // [max_seq_len][head_dim / 2]
+  ActivationArena arena_;
+  const Activations* acts_ = nullptr;  // of the last forward
+};
+
+}  // namespace fp4::cuda

@@ -1,0 +1,54 @@
+// DeviceAdamW: the CPU AdamW (optim/adamw.h) and global-norm clipping (optim/grad_clip.h) on the GPU.
+// FP32 moments in flat buffers with the parameters' layout; the norm, the clipping factor and the
+// non-finite check are computed and consumed on the device, so a step queues without waiting.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/cuda/device_params.h"
+#include "model/engine.h"
+#include "ops/cuda/adamw_cuda.h"
+
+namespace fp4::cuda {
+
+class DeviceAdamW {
+ public:
+  DeviceAdamW(const DeviceParams& params, cudaStream_t stream);
+
+  // Checks the hyper-parameters (the CPU AdamW's rules, fp4::Error otherwise), then queues the gradient
+  // norm, the clipping factor and the update with the bias corrections of step step_count() + 1. The
+  // update is skipped on the device when a gradient or loss_sums[0] (may be null) is not finite; the
+  // step is counted only by commit_step(), once the host has seen the result.
+  void queue_step(DeviceParams& params, const StepHyper& hyper, const double* loss_sums);
+  void commit_step() { ++step_; }
+  // Queues only the gradient norms and the non-finite check (no clipping, no update).
+  void queue_norm(const DeviceParams& params, const double* loss_sums);
+
+  // The last queued step's control and per-parameter gradient sums of squares (synchronizes).
+  StepControl read_control(std::vector<double>& param_sumsq) const;
+
+  int64_t step_count() const { return step_; }
+  void set_step_count(int64_t step);
+
+  // Host copies of one parameter's moments (which = 0: m, 1: v).
+  void read_moment(int which, const Parameter& p, std::span<float> out) const;
+  void write_moment(int which, const Parameter& p, std::span<const float> in);
+
+ private:
+  cudaStream_t stream_;
+  int n_params_ = 0;
+  int n_chunks_ = 0;
+  DeviceBuffer<float> m_, v_;
+  DeviceBuffer<ParamChunk> chunks_;
+  DeviceBuffer<int32_t> first_chunk_;
+  DeviceBuffer<uint8_t> decay_flags_;
+  DeviceBuffer<double> chunk_partials_, param_sumsq_;
+  DeviceBuffer<StepControl> control_;
+  int64_t step_ = 0;
+};
+
+}  // namespace fp4::cuda
