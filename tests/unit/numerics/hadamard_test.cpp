@@ -57,6 +57,29 @@ TEST(Rht, MatchesDenseSylvesterMatrix) {
   }
 }
 
+// Bit-exactness between implementations rests on one butterfly order: signs, then stages h = 1, 2, 4, ...
+// pairing (j, j + h) into (a + b, a - b), then the multiplication by 1/sqrt(n).
+TEST(Rht, BitsFollowTheSpecifiedButterflyOrder) {
+  FP4_SEEDED_RNG(g);
+  for (int n : kSizes) {
+    for (int trial = 0; trial < 200; ++trial) {
+      const RhtSigns s = random_signs(g, n);
+      std::vector<float> x = test::gaussian(g, n), want = x;
+      for (int i = 0; i < n; ++i) want[i] = s.negative(i) ? -want[i] : want[i];
+      for (int h = 1; h < n; h *= 2)
+        for (int i = 0; i < n; i += 2 * h)
+          for (int j = i; j < i + h; ++j) {
+            const float a = want[j], b = want[j + h];
+            want[j] = a + b;
+            want[j + h] = a - b;
+          }
+      for (float& v : want) v *= static_cast<float>(1.0 / std::sqrt(double(n)));
+      rht_segment_n(x.data(), s);
+      for (int i = 0; i < n; ++i) ASSERT_EQ(float_bits(x[i]), float_bits(want[i])) << "n " << n << " output " << i;
+    }
+  }
+}
+
 TEST(Rht, OrthogonalAndNormPreserving) {
   FP4_SEEDED_RNG(g);
   std::uniform_real_distribution<float> log_scale(-20.0f, 20.0f);

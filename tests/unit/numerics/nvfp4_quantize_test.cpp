@@ -278,6 +278,37 @@ TEST(Nvfp4Block128, MatchesIndependentReferenceOnRandomData) {
     }
 }
 
+// RECIPES.md: the block scale is E4M3(amax16 * (S_enc * (1/6))), the multiplier formed first (as TE's
+// reference), which is not always the same FP32 number as S_enc / 6. Blocks whose product falls on
+// different sides of an E4M3 rounding midpoint in the two orders tell them apart.
+TEST(Nvfp4Tensor, BlockScaleMultiplierIsFormedFirst) {
+  FP4_SEEDED_RNG(g);
+  std::uniform_real_distribution<float> e(-10.0f, 10.0f);
+  int found = 0;
+  for (int attempt = 0; attempt < 100000 && found < 20; ++attempt) {
+    const float amax = std::exp2(e(g));
+    const float s_enc = (448.0f * 6.0f) / amax;
+    const float m_spec = s_enc * (1.0f / 6.0f), m_other = s_enc / 6.0f;
+    if (m_spec == m_other) continue;
+    // An E4M3 midpoint in the normal range, and the amax16 values around midpoint / m_spec.
+    const int code = 8 + static_cast<int>(g() % 110);
+    const float mid = static_cast<float>(0.5 * (test::ref_e4m3_value(code) + test::ref_e4m3_value(code + 1)));
+    float a16 = mid / m_spec;
+    for (int k = 0; k < 4; ++k) a16 = std::nextafter(a16, 1e30f);  // then walk down 8 ulps
+    for (int k = 0; k < 8 && found < 20; ++k, a16 = std::nextafter(a16, 0.0f)) {
+      const int want = test::ref_e4m3_encode(a16 * m_spec);
+      if (a16 >= amax || want == test::ref_e4m3_encode(a16 * m_other)) continue;
+      std::vector<float> x(32, 0.0f);
+      x[0] = amax;
+      x[16] = a16;
+      const Nvfp4Tensor q = quantize_nvfp4(x.data(), 1, 32, nvfp4(BlockShape::k1x16, OuterScale::kTensor), {});
+      ASSERT_EQ(q.scale(0, 16), want) << "amax " << amax << " amax16 " << a16;
+      ++found;
+    }
+  }
+  EXPECT_EQ(found, 20) << "too few discriminating blocks found";
+}
+
 TEST(Nvfp4Tensor, AllZeroTensorGivesZeros) {
   const std::vector<float> x(32 * 128, 0.0f);
   for (OuterScale outer : {OuterScale::kTensor, OuterScale::kBlock128}) {
