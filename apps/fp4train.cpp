@@ -1,8 +1,7 @@
 // fp4train: the command-line program. Argument parsing only; the work is in src/train/commands.h.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
-
-#include <CLI/CLI.hpp>
 
 #include "core/error.h"
 #include "train/commands.h"
@@ -10,24 +9,29 @@
 namespace {
 
 void add_train(CLI::App& app, fp4::TrainArgs& a) {
-  auto* cmd = app.add_subcommand("train", "train a model (no options: the tiny model on the CPU, default corpus)");
+  auto* cmd =
+      app.add_subcommand("train", "train a model (no options: the tiny model on the CPU, default corpus)");
   cmd->add_option("--config", a.configs, "run config TOML file; repeat to layer files (later ones win)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--recipe", a.recipe, "recipe preset name or recipe TOML file (sets recipe.name)");
   cmd->add_option("--set", a.sets, "override one config key: section.key=value (repeatable)");
-  cmd->add_flag("--resume", a.resume, "resume from the run directory's latest checkpoint (an error if it has none)");
+  cmd->add_flag("--resume", a.resume,
+                "resume from the run directory's latest checkpoint (an error if it has none)");
   cmd->add_option("--out", a.out, "run directory (sets train.out_dir)");
 }
 
 void add_prepare(CLI::App& app, fp4::PrepareArgs& a) {
   auto* cmd = app.add_subcommand("prepare", "tokenize text files into token shards");
-  cmd->add_option("--input", a.inputs, "text files or directories (.txt, .xz) for the train split")->required();
+  cmd->option_defaults()->always_capture_default();  // show defaults in --help
+  cmd->add_option("--input", a.inputs, "text files or directories (.txt, .xz) for the train split")
+      ->required();
   cmd->add_option("--val", a.val_inputs, "text files or directories for the validation split");
   cmd->add_option("--val-fraction", a.val_fraction,
                   "without --val: the share of input documents held out for validation")
       ->check(CLI::Range(0.0, 0.99));
-  cmd->add_option("--tokenizer", a.tokenizer,
-                  "tokenizer spec: bytes, a GPT-2 BPE directory (encoder.json + vocab.bpe), or a tokenizer.json")
+  cmd->add_option(
+         "--tokenizer", a.tokenizer,
+         "tokenizer spec: bytes, a GPT-2 BPE directory (encoder.json + vocab.bpe), or a tokenizer.json")
       ->required();
   cmd->add_option("--out", a.out, "output directory (shards + manifest.json)")->required();
   cmd->add_option("--threads", a.threads, "tokenizer threads (0: all cores)")->check(CLI::NonNegativeNumber);
@@ -36,20 +40,28 @@ void add_prepare(CLI::App& app, fp4::PrepareArgs& a) {
 
 void add_eval(CLI::App& app, fp4::EvalArgs& a) {
   auto* cmd = app.add_subcommand("eval", "validation loss and perplexity of a checkpoint");
-  cmd->add_option("--checkpoint", a.checkpoint, "checkpoint directory, or a run directory (its latest)")->required();
+  cmd->option_defaults()->always_capture_default();  // show defaults in --help
+  cmd->add_option("--checkpoint", a.checkpoint, "checkpoint directory, or a run directory (its latest)")
+      ->required();
   cmd->add_option("--data", a.data, "prepared data directory (default: the run's validation data)");
-  cmd->add_option("--batches", a.batches, "N batches of windows spread evenly over the split (0: every window)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batches", a.batches,
+                  "N batches of windows spread evenly over the split (0: every window)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", a.device, "cpu or cuda (default: the device the run trained on)");
 }
 
 void add_sample(CLI::App& app, fp4::SampleArgs& a) {
   auto* cmd = app.add_subcommand("sample", "generate text from a checkpoint");
-  cmd->add_option("--checkpoint", a.checkpoint, "checkpoint directory, or a run directory (its latest)")->required();
+  cmd->option_defaults()->always_capture_default();  // show defaults in --help
+  cmd->add_option("--checkpoint", a.checkpoint, "checkpoint directory, or a run directory (its latest)")
+      ->required();
   cmd->add_option("--prompt", a.prompt, "text to continue")->required();
   cmd->add_option("--tokens", a.tokens, "new tokens to generate (stops early at end-of-text)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--temperature", a.temperature, "softmax temperature (0: greedy)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-k", a.top_k, "sample among the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature", a.temperature, "softmax temperature (0: greedy)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", a.top_k, "sample among the k most likely tokens (0: all)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", a.seed, "random seed of the sampler");
   cmd->add_option("--device", a.device, "cpu or cuda (default: the device the run trained on)");
   cmd->add_option("--tokenizer", a.tokenizer, "tokenizer spec (default: the run's)");
@@ -58,8 +70,9 @@ void add_sample(CLI::App& app, fp4::SampleArgs& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"fp4train: fully quantized NVFP4 LLM pretraining (OLMo-2 models).\n"
-               "Without a subcommand, trains the tiny model on the CPU (same as `fp4train train`)."};
+  CLI::App app{
+      "fp4train: fully quantized NVFP4 LLM pretraining (OLMo-2 models).\n"
+      "Without a subcommand, trains the tiny model on the CPU (same as `fp4train train`)."};
   app.require_subcommand(0, 1);
   fp4::TrainArgs train;
   fp4::PrepareArgs prepare;
@@ -75,10 +88,14 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    if (app.got_subcommand("prepare")) fp4::prepare_command(prepare);
-    else if (app.got_subcommand("eval")) fp4::eval_command(eval);
-    else if (app.got_subcommand("sample")) fp4::sample_command(sample);
-    else fp4::train_command(train);
+    if (app.got_subcommand("prepare"))
+      fp4::prepare_command(prepare);
+    else if (app.got_subcommand("eval"))
+      fp4::eval_command(eval);
+    else if (app.got_subcommand("sample"))
+      fp4::sample_command(sample);
+    else
+      fp4::train_command(train);
   } catch (const fp4::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -77,7 +77,9 @@ nlohmann::json file_entry(const fs::path& path) {
 
 }  // namespace
 
-fs::path checkpoint_root(const fs::path& run_dir) { return run_dir / "checkpoints"; }
+fs::path checkpoint_root(const fs::path& run_dir) {
+  return run_dir / "checkpoints";
+}
 
 std::string checkpoint_name(int64_t step) {
   char buf[32];
@@ -104,8 +106,8 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEn
   fs::create_directory(tmp);
 
   const std::vector<StateTensor> params = parameter_tensors(engine);
-  const SafetensorsMetadata meta = {{"format", "pt"}, {"step", std::to_string(step)},
-                                    {"model", engine.config().name}};
+  const SafetensorsMetadata meta = {
+      {"format", "pt"}, {"step", std::to_string(step)}, {"model", engine.config().name}};
   write_safetensors(tmp / kModelFile, params, meta);
   stage("model");
   write_safetensors(tmp / kStateFile, engine.save_state(), {{"step", std::to_string(step)}});
@@ -170,8 +172,8 @@ Checkpoint load_checkpoint(const fs::path& dir, bool with_state) {
   }
   FP4_CHECK(manifest.is_object() && manifest.value("format", "") == kCheckpointFormat, manifest_path.string(),
             ": not an fp4train checkpoint manifest");
-  FP4_CHECK(manifest.value("version", 0) == kCheckpointVersion, manifest_path.string(), ": unsupported version ",
-            manifest.value("version", 0));
+  FP4_CHECK(manifest.value("version", 0) == kCheckpointVersion, manifest_path.string(),
+            ": unsupported version ", manifest.value("version", 0));
   FP4_CHECK(manifest.contains("files") && manifest["files"].is_object(), manifest_path.string(),
             ": no \"files\" entry");
   for (const char* f : {kModelFile, kStateFile, kTrainerFile}) {
@@ -183,7 +185,8 @@ Checkpoint load_checkpoint(const fs::path& dir, bool with_state) {
     const auto bytes = fs::file_size(path);
     FP4_CHECK(bytes >= expected_bytes, path.string(), ": truncated: ", bytes, " bytes, the manifest says ",
               expected_bytes);
-    FP4_CHECK(bytes == expected_bytes, path.string(), ": ", bytes, " bytes, the manifest says ", expected_bytes);
+    FP4_CHECK(bytes == expected_bytes, path.string(), ": ", bytes, " bytes, the manifest says ",
+              expected_bytes);
     const std::string sha = sha256_file(path);
     FP4_CHECK(sha == entry.value("sha256", ""), path.string(), ": checksum mismatch (sha256 ", sha,
               ", the manifest says ", entry.value("sha256", "?"), ")");
@@ -197,10 +200,12 @@ Checkpoint load_checkpoint(const fs::path& dir, bool with_state) {
   } catch (const nlohmann::json::exception& e) {
     FP4_THROW(trainer_path.string(), ": not valid JSON: ", e.what());
   }
-  FP4_CHECK(ckpt.trainer.is_object() && ckpt.trainer.contains("step") && ckpt.trainer["step"].is_number_integer(),
-            trainer_path.string(), ": missing integer field \"step\"");
+  FP4_CHECK(
+      ckpt.trainer.is_object() && ckpt.trainer.contains("step") && ckpt.trainer["step"].is_number_integer(),
+      trainer_path.string(), ": missing integer field \"step\"");
   FP4_CHECK(ckpt.trainer["step"] == manifest.value("step", int64_t{-1}), trainer_path.string(), ": step ",
-            ckpt.trainer["step"].dump(), " disagrees with the manifest's ", manifest.value("step", int64_t{-1}));
+            ckpt.trainer["step"].dump(), " disagrees with the manifest's ",
+            manifest.value("step", int64_t{-1}));
   ckpt.model = read_safetensors(dir / kModelFile).tensors;
   if (with_state) ckpt.state = read_safetensors(dir / kStateFile).tensors;
   return ckpt;

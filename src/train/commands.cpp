@@ -47,22 +47,28 @@ void prepare_command(const PrepareArgs& args) {
   o.shard_tokens = args.shard_tokens;
   const bool tty = stderr_is_tty();
   o.progress = [tty](int64_t done, int64_t total) {
-    if (tty) std::fprintf(stderr, "\r\033[2Kprepare: %lld/%lld documents", static_cast<long long>(done),
-                          static_cast<long long>(total));
-    else if (done == total) std::fprintf(stderr, "prepare: %lld documents\n", static_cast<long long>(total));
+    if (tty)
+      std::fprintf(stderr, "\r\033[2Kprepare: %lld/%lld documents", static_cast<long long>(done),
+                   static_cast<long long>(total));
+    else if (done == total)
+      std::fprintf(stderr, "prepare: %lld documents\n", static_cast<long long>(total));
   };
   const Manifest m = prepare_shards(o);
   if (tty) std::fputs("\n", stderr);
-  std::printf("prepared %s: tokenizer %s (vocab %d), train %lld tokens in %zu shards, val %lld tokens in %zu shards\n",
-              args.out.string().c_str(), m.tokenizer_name.c_str(), m.vocab_size, static_cast<long long>(m.train.tokens),
-              m.train.shards.size(), static_cast<long long>(m.val.tokens), m.val.shards.size());
+  std::printf(
+      "prepared %s: tokenizer %s (vocab %d), train %lld tokens in %zu shards, val %lld tokens in %zu "
+      "shards\n",
+      args.out.string().c_str(), m.tokenizer_name.c_str(), m.vocab_size,
+      static_cast<long long>(m.train.tokens), m.train.shards.size(), static_cast<long long>(m.val.tokens),
+      m.val.shards.size());
 }
 
 LoadedModel load_model(const fs::path& path, const std::string& device) {
   fs::path dir = path;
   if (!fs::exists(path / "manifest.json")) {
     const auto latest = latest_checkpoint(path);
-    FP4_CHECK(latest, path.string(), ": neither a checkpoint (no manifest.json) nor a run directory with checkpoints");
+    FP4_CHECK(latest, path.string(),
+              ": neither a checkpoint (no manifest.json) nor a run directory with checkpoints");
     dir = *latest;
   }
   const Checkpoint ckpt = load_checkpoint(dir, /*with_state=*/false);
@@ -88,13 +94,15 @@ EvalResult eval_command(const EvalArgs& args) {
   o.seq = m.config.data.seq;
   o.max_windows = args.batches * o.batch;  // spread over the split, as the trainer's evaluations
   const Manifest manifest = read_manifest(o.data);
-  FP4_CHECK(manifest.vocab_size <= m.config.model.vocab_real, o.data.string(), ": vocabulary ", manifest.vocab_size,
-            " does not fit the model's ", m.config.model.vocab_real);
+  FP4_CHECK(manifest.vocab_size <= m.config.model.vocab_real, o.data.string(), ": vocabulary ",
+            manifest.vocab_size, " does not fit the model's ", m.config.model.vocab_real);
   ValidationLoader loader(o);
-  std::fprintf(stderr, "evaluating %s on %s (split val, %lld batches of %d x %d)\n", m.checkpoint.string().c_str(),
-               o.data.string().c_str(), static_cast<long long>(loader.batches()), o.batch, o.seq);
+  std::fprintf(stderr, "evaluating %s on %s (split val, %lld batches of %d x %d)\n",
+               m.checkpoint.string().c_str(), o.data.string().c_str(),
+               static_cast<long long>(loader.batches()), o.batch, o.seq);
   const EvalResult r = evaluate_split(*m.engine, loader, 0);
-  std::printf("val loss %.4f | val ppl %.3f | %lld tokens\n", r.loss, r.perplexity, static_cast<long long>(r.tokens));
+  std::printf("val loss %.4f | val ppl %.3f | %lld tokens\n", r.loss, r.perplexity,
+              static_cast<long long>(r.tokens));
   return r;
 }
 

@@ -19,9 +19,11 @@ Manifest ensure_prepared_data(const RunConfig& cfg, const std::function<void(con
             "): run `fp4train prepare --input <text files> --tokenizer <spec> --out ", dir.string(),
             "` or set data.train_text");
   FP4_CHECK(fs::exists(d.train_text), "data.train_dir ", dir.string(), " is not prepared and the corpus ",
-            d.train_text, " is missing: run scripts/fetch_corpus.sh to build the default corpus, or point "
+            d.train_text,
+            " is missing: run scripts/fetch_corpus.sh to build the default corpus, or point "
             "data.train_dir at a prepared directory");
-  FP4_CHECK(!d.tokenizer.empty(), "data.tokenizer must be set to prepare ", dir.string(), " from ", d.train_text);
+  FP4_CHECK(!d.tokenizer.empty(), "data.tokenizer must be set to prepare ", dir.string(), " from ",
+            d.train_text);
 
   PrepareOptions o;
   o.inputs = {d.train_text};
@@ -44,8 +46,8 @@ Manifest ensure_prepared_data(const RunConfig& cfg, const std::function<void(con
       last = now;
     }
   };
-  log("preparing " + dir.string() + " from " + d.train_text + (d.val_text.empty() ? "" : " and " + d.val_text) +
-      " (tokenizer " + d.tokenizer + ")");
+  log("preparing " + dir.string() + " from " + d.train_text +
+      (d.val_text.empty() ? "" : " and " + d.val_text) + " (tokenizer " + d.tokenizer + ")");
   Manifest m = prepare_shards(o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log("prepared " + std::to_string(m.train.tokens) + " train and " + std::to_string(m.val.tokens) +
@@ -59,8 +61,9 @@ void check_data_fits(const RunConfig& cfg, const Manifest& m, const std::string&
     // The same tokenizer may be spelled differently (relative vs absolute path): compare what it is.
     const auto tok = load_tokenizer(spec);
     FP4_CHECK(tok->name() == m.tokenizer_name && tok->vocab_size() == m.vocab_size, which,
-              " was prepared with tokenizer '", m.tokenizer, "' (", m.tokenizer_name, ", vocab ", m.vocab_size,
-              ") but data.tokenizer is '", spec, "' (", tok->name(), ", vocab ", tok->vocab_size(), ")");
+              " was prepared with tokenizer '", m.tokenizer, "' (", m.tokenizer_name, ", vocab ",
+              m.vocab_size, ") but data.tokenizer is '", spec, "' (", tok->name(), ", vocab ",
+              tok->vocab_size(), ")");
   }
   FP4_CHECK(m.vocab_size <= cfg.model.vocab_real, which, ": the tokenizer's vocabulary (", m.vocab_size,
             ") does not fit model.vocab_real ", cfg.model.vocab_real, " (model '", cfg.model.name, "')");

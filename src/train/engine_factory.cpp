@@ -9,8 +9,9 @@ std::unique_ptr<TrainingEngine> make_engine(const RunConfig& cfg, const Recipe& 
   const std::string& device = cfg.train.device;
   if (device == "cpu") return make_cpu_engine(cfg.model, recipe, cfg.train.seed);
   if (device == "cuda")
-    FP4_THROW("train.device = \"cuda\": this fp4train was built without the CUDA engine (build on a machine with "
-              "nvcc and -DFP4_WITH_CUDA=ON), or use train.device = \"cpu\"");
+    FP4_THROW(
+        "train.device = \"cuda\": this fp4train was built without the CUDA engine (build on a machine with "
+        "nvcc and -DFP4_WITH_CUDA=ON), or use train.device = \"cpu\"");
   FP4_THROW("train.device must be cpu or cuda, got '", device, "'");
 }
 

@@ -33,7 +33,9 @@ class Fd {
   int fd_;
 };
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 }  // namespace
 

@@ -7,28 +7,27 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace fp4 {
 
 struct TrainRecord {
   int64_t step = 0;
-  int64_t tokens = 0;        // tokens trained on so far (all steps)
-  double loss = 0;           // mean loss of the step (cross-entropy + z-loss)
+  int64_t tokens = 0;  // tokens trained on so far (all steps)
+  double loss = 0;     // mean loss of the step (cross-entropy + z-loss)
   double ce_loss = 0;
   double lr = 0;
   double grad_norm = 0;
-  double tokens_per_s = 0;   // over the steps since the previous record
-  double elapsed = 0;        // seconds of training, resumed runs included
+  double tokens_per_s = 0;  // over the steps since the previous record
+  double elapsed = 0;       // seconds of training, resumed runs included
 };
 
 struct EvalRecord {
   int64_t step = 0;
   int64_t tokens = 0;
-  double val_loss = 0;       // token-weighted mean cross-entropy
-  double val_ppl = 0;        // exp(val_loss)
+  double val_loss = 0;  // token-weighted mean cross-entropy
+  double val_ppl = 0;   // exp(val_loss)
   int64_t val_tokens = 0;
   double elapsed = 0;
 };

@@ -1,5 +1,7 @@
 #include "train/run_config.h"
 
+#include <toml++/toml.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -8,8 +10,6 @@
 #include <limits>
 #include <sstream>
 #include <variant>
-
-#include <toml++/toml.h>
 
 #include "core/error.h"
 #include "train/sha256.h"
@@ -21,10 +21,14 @@ enum class Kind { kInt, kFloat, kBool, kString };
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::kInt: return "an integer";
-    case Kind::kFloat: return "a number";
-    case Kind::kBool: return "a boolean (true or false)";
-    case Kind::kString: return "a string";
+    case Kind::kInt:
+      return "an integer";
+    case Kind::kFloat:
+      return "a number";
+    case Kind::kBool:
+      return "a boolean (true or false)";
+    case Kind::kString:
+      return "a string";
   }
   return "?";
 }
@@ -45,10 +49,14 @@ std::string describe(const Value& v) {
 
 template <typename T>
 constexpr Kind kind_of() {
-  if constexpr (std::is_same_v<T, bool>) return Kind::kBool;
-  else if constexpr (std::is_integral_v<T>) return Kind::kInt;
-  else if constexpr (std::is_floating_point_v<T>) return Kind::kFloat;
-  else return Kind::kString;
+  if constexpr (std::is_same_v<T, bool>)
+    return Kind::kBool;
+  else if constexpr (std::is_integral_v<T>)
+    return Kind::kInt;
+  else if constexpr (std::is_floating_point_v<T>)
+    return Kind::kFloat;
+  else
+    return Kind::kString;
 }
 
 // Converts a value to the member's type; `where` prefixes the error ("file:3: 'optim.lr'").
@@ -81,7 +89,8 @@ T convert(const Value& v, const std::string& where) {
     if constexpr (std::is_unsigned_v<T>) {
       FP4_CHECK(i >= 0, where, " must not be negative, got ", i);
     } else {
-      FP4_CHECK(i >= std::numeric_limits<T>::min() && i <= std::numeric_limits<T>::max(), where, " is out of range: ", i);
+      FP4_CHECK(i >= std::numeric_limits<T>::min() && i <= std::numeric_limits<T>::max(), where,
+                " is out of range: ", i);
     }
     return static_cast<T>(i);
   }
@@ -119,9 +128,10 @@ const std::vector<Field>& schema() {
   static const std::vector<Field> kFields = [] {
     using R = RunConfig;
     std::vector<Field> f;
-    f.push_back(Field{"model.preset", Kind::kString,
-                      [](R& c, const Value& v, const std::string& w) { c.model_preset = convert<std::string>(v, w); },
-                      [](const R& c) { return nlohmann::json(c.model_preset); }});
+    f.push_back(
+        Field{"model.preset", Kind::kString,
+              [](R& c, const Value& v, const std::string& w) { c.model_preset = convert<std::string>(v, w); },
+              [](const R& c) { return nlohmann::json(c.model_preset); }});
     f.push_back(field("model.name", &R::model, &ModelConfig::name));
     f.push_back(field("model.n_layers", &R::model, &ModelConfig::n_layers));
     f.push_back(field("model.d_model", &R::model, &ModelConfig::d_model));
@@ -210,7 +220,8 @@ std::string suggestion(const std::string& key, const std::vector<std::string>& c
   std::vector<std::string> candidates = run_config_keys();
   const bool is_section = key.find('.') == std::string::npos;
   if (is_section) candidates = kSections;
-  FP4_THROW(origin, ": unknown ", is_section ? "section" : "key", " '", key, "'", suggestion(key, candidates));
+  FP4_THROW(origin, ": unknown ", is_section ? "section" : "key", " '", key, "'",
+            suggestion(key, candidates));
 }
 
 // One assignment, from a file line or a --set argument, before it is applied.
@@ -267,11 +278,16 @@ std::vector<Entry> entries_from_toml(const toml::table& root, const std::string&
       const Field* f = find_field(key);
       if (!f) unknown_key(origin, key);
       Value v;
-      if (auto i = node.value<int64_t>(); i && node.is_integer()) v = *i;
-      else if (node.is_floating_point()) v = *node.value<double>();
-      else if (node.is_boolean()) v = *node.value<bool>();
-      else if (node.is_string()) v = *node.value<std::string>();
-      else FP4_THROW(origin, ": '", key, "' expects ", kind_name(f->kind), ", got a ", node.type());
+      if (auto i = node.value<int64_t>(); i && node.is_integer())
+        v = *i;
+      else if (node.is_floating_point())
+        v = *node.value<double>();
+      else if (node.is_boolean())
+        v = *node.value<bool>();
+      else if (node.is_string())
+        v = *node.value<std::string>();
+      else
+        FP4_THROW(origin, ": '", key, "' expects ", kind_name(f->kind), ", got a ", node.type());
       out.push_back(Entry{key, std::move(v), origin, ""});
     }
   }
@@ -338,8 +354,10 @@ void apply_entries(RunConfig& cfg, const std::vector<Entry>& entries) {
       const std::string name = e.key.substr(kOverridesPrefix.size());
       auto& ov = cfg.recipe.overrides;
       const auto it = std::find_if(ov.begin(), ov.end(), [&](const auto& p) { return p.first == name; });
-      if (it != ov.end()) it->second = e.raw;
-      else ov.emplace_back(name, e.raw);
+      if (it != ov.end())
+        it->second = e.raw;
+      else
+        ov.emplace_back(name, e.raw);
       continue;
     }
     find_field(e.key)->set(cfg, e.value, e.origin + ": '" + e.key + "'");
@@ -413,7 +431,8 @@ void validate(const RunConfig& c) {
   FP4_CHECK(!d.train_dir.empty(), "data.train_dir must not be empty");
   FP4_CHECK(d.batch > 0, "data.batch must be positive, got ", d.batch);
   FP4_CHECK(d.seq > 0, "data.seq must be positive, got ", d.seq);
-  FP4_CHECK(d.seq <= c.model.max_seq_len, "data.seq ", d.seq, " exceeds model.max_seq_len ", c.model.max_seq_len);
+  FP4_CHECK(d.seq <= c.model.max_seq_len, "data.seq ", d.seq, " exceeds model.max_seq_len ",
+            c.model.max_seq_len);
   FP4_CHECK(d.grad_accum > 0, "data.grad_accum must be positive, got ", d.grad_accum);
   const auto& o = c.optim;
   FP4_CHECK(o.lr > 0 && std::isfinite(o.lr), "optim.lr must be a positive number, got ", o.lr);
@@ -427,11 +446,12 @@ void validate(const RunConfig& c) {
   FP4_CHECK(o.warmup >= 0, "optim.warmup must not be negative, got ", o.warmup);
   FP4_CHECK(o.total_steps >= 0, "optim.total_steps must not be negative, got ", o.total_steps);
   FP4_CHECK(o.total_tokens >= 0, "optim.total_tokens must not be negative, got ", o.total_tokens);
-  FP4_CHECK(o.final_ratio >= 0 && o.final_ratio <= 1, "optim.final_ratio must be in [0, 1], got ", o.final_ratio);
+  FP4_CHECK(o.final_ratio >= 0 && o.final_ratio <= 1, "optim.final_ratio must be in [0, 1], got ",
+            o.final_ratio);
   FP4_CHECK(o.decay_fraction > 0 && o.decay_fraction <= 1, "optim.decay_fraction must be in (0, 1], got ",
             o.decay_fraction);
-  FP4_CHECK(o.decay_shape == "linear" || o.decay_shape == "1-sqrt", "optim.decay_shape must be linear or 1-sqrt, got '",
-            o.decay_shape, "'");
+  FP4_CHECK(o.decay_shape == "linear" || o.decay_shape == "1-sqrt",
+            "optim.decay_shape must be linear or 1-sqrt, got '", o.decay_shape, "'");
   const auto& t = c.train;
   FP4_CHECK(t.steps > 0, "train.steps must be positive, got ", t.steps);
   FP4_CHECK(t.log_every > 0, "train.log_every must be positive, got ", t.log_every);
@@ -440,7 +460,8 @@ void validate(const RunConfig& c) {
   FP4_CHECK(t.ckpt_every >= 0, "train.ckpt_every must not be negative (0: only at the end)");
   FP4_CHECK(t.keep_checkpoints >= 1, "train.keep_checkpoints must be at least 1, got ", t.keep_checkpoints);
   FP4_CHECK(!t.out_dir.empty(), "train.out_dir must not be empty");
-  FP4_CHECK(t.device == "cpu" || t.device == "cuda", "train.device must be cpu or cuda, got '", t.device, "'");
+  FP4_CHECK(t.device == "cpu" || t.device == "cuda", "train.device must be cpu or cuda, got '", t.device,
+            "'");
   FP4_CHECK(!c.recipe.name.empty(), "recipe.name must not be empty");
   FP4_CHECK(o.warmup <= c.schedule_steps(), "optim.warmup ", o.warmup, " is longer than the schedule (",
             c.schedule_steps(), " steps)");
@@ -462,7 +483,8 @@ RunConfig run_config_from_json(const nlohmann::json& j, const std::string& origi
   FP4_CHECK(j.is_object(), origin, ": run config is not a JSON object");
   std::vector<Entry> entries;
   for (const auto& [section, body] : j.items()) {
-    if (std::find(kSections.begin(), kSections.end(), section) == kSections.end()) unknown_key(origin, section);
+    if (std::find(kSections.begin(), kSections.end(), section) == kSections.end())
+      unknown_key(origin, section);
     FP4_CHECK(body.is_object(), origin, ": section '", section, "' is not an object");
     for (const auto& [k, v] : body.items()) {
       const std::string key = section + "." + k;
@@ -470,7 +492,8 @@ RunConfig run_config_from_json(const nlohmann::json& j, const std::string& origi
         FP4_CHECK(v.is_object(), origin, ": recipe.overrides is not an object");
         for (const auto& [ok, ov] : v.items()) {
           FP4_CHECK(ov.is_string(), origin, ": recipe.overrides.", ok, " is not a string");
-          entries.push_back(Entry{std::string(kOverridesPrefix) + ok, Value{}, origin, ov.get<std::string>()});
+          entries.push_back(
+              Entry{std::string(kOverridesPrefix) + ok, Value{}, origin, ov.get<std::string>()});
         }
         continue;
       }
@@ -486,9 +509,10 @@ RunConfig run_config_from_json(const nlohmann::json& j, const std::string& origi
 
 nlohmann::json training_identity(const RunConfig& cfg) {
   static const std::vector<std::string> kExcluded = {
-      "train.steps",      "train.log_every",   "train.eval_every", "train.eval_batches", "train.ckpt_every",
-      "train.keep_checkpoints", "train.out_dir", "train.device",   "data.train_dir",     "data.val_dir",
-      "data.train_text",  "data.val_text",     "optim.total_steps", "optim.total_tokens"};
+      "train.steps",       "train.log_every",        "train.eval_every", "train.eval_batches",
+      "train.ckpt_every",  "train.keep_checkpoints", "train.out_dir",    "train.device",
+      "data.train_dir",    "data.val_dir",           "data.train_text",  "data.val_text",
+      "optim.total_steps", "optim.total_tokens"};
   nlohmann::json id = nlohmann::json::object();
   for (const auto& f : schema())
     if (std::find(kExcluded.begin(), kExcluded.end(), f.key) == kExcluded.end()) id[f.key] = f.get(cfg);
@@ -498,15 +522,19 @@ nlohmann::json training_identity(const RunConfig& cfg) {
   return id;
 }
 
-std::string config_hash(const RunConfig& cfg) { return sha256_hex(training_identity(cfg).dump()); }
+std::string config_hash(const RunConfig& cfg) {
+  return sha256_hex(training_identity(cfg).dump());
+}
 
 std::vector<std::string> identity_differences(const RunConfig& before, const RunConfig& now) {
   const auto a = training_identity(before), b = training_identity(now);
   std::vector<std::string> out;
   for (const auto& [k, v] : a.items()) {
     const auto it = b.find(k);
-    if (it == b.end()) out.push_back(k + ": " + v.dump() + " -> (unset)");
-    else if (*it != v) out.push_back(k + ": " + v.dump() + " -> " + it->dump());
+    if (it == b.end())
+      out.push_back(k + ": " + v.dump() + " -> (unset)");
+    else if (*it != v)
+      out.push_back(k + ": " + v.dump() + " -> " + it->dump());
   }
   for (const auto& [k, v] : b.items())
     if (!a.contains(k)) out.push_back(k + ": (unset) -> " + v.dump());

@@ -4,11 +4,10 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "model/config.h"
 
@@ -21,9 +20,9 @@ struct DataConfig {
   // Text to prepare train_dir from when it has no manifest.json yet; empty: never prepare.
   std::string train_text = "data/corpus/train";
   std::string val_text = "data/corpus/val";
-  int batch = 16;       // rows per micro-batch
-  int seq = 128;        // tokens per row
-  int grad_accum = 1;   // micro-batches per optimizer step
+  int batch = 16;      // rows per micro-batch
+  int seq = 128;       // tokens per row
+  int grad_accum = 1;  // micro-batches per optimizer step
 };
 
 struct OptimConfig {
@@ -37,14 +36,14 @@ struct OptimConfig {
   int64_t warmup = 20;              // steps of linear warm-up
   int64_t total_steps = 0;          // schedule length; 0: from total_tokens, else train.steps
   int64_t total_tokens = 0;
-  double final_ratio = 0.1;         // final LR / peak LR (cosine, wsd)
-  double decay_fraction = 0.2;      // wsd: the share of the schedule spent decaying
+  double final_ratio = 0.1;            // final LR / peak LR (cosine, wsd)
+  double decay_fraction = 0.2;         // wsd: the share of the schedule spent decaying
   std::string decay_shape = "linear";  // wsd: linear | 1-sqrt
 };
 
 struct TrainConfig {
   uint64_t seed = 1;
-  int64_t steps = 400;       // train up to this step, then stop (the schedule may be longer)
+  int64_t steps = 400;  // train up to this step, then stop (the schedule may be longer)
   int log_every = 10;
   int eval_every = 100;      // 0: only at the end
   int eval_batches = 16;     // batches of windows spread over the validation split; 0: all of it
@@ -55,7 +54,7 @@ struct TrainConfig {
 };
 
 struct RecipeConfig {
-  std::string name = "bf16";  // preset name or recipe TOML path
+  std::string name = "bf16";                                   // preset name or recipe TOML path
   std::vector<std::pair<std::string, std::string>> overrides;  // key -> value in TOML syntax, in order
 };
 
@@ -67,9 +66,7 @@ struct RunConfig {
   TrainConfig train;
   RecipeConfig recipe;
 
-  int64_t tokens_per_step() const {
-    return static_cast<int64_t>(data.batch) * data.seq * data.grad_accum;
-  }
+  int64_t tokens_per_step() const { return static_cast<int64_t>(data.batch) * data.seq * data.grad_accum; }
   // The schedule's length in steps (optim.total_steps, else total_tokens rounded up, else train.steps).
   int64_t schedule_steps() const;
   std::string val_dir() const { return data.val_dir.empty() ? data.train_dir : data.val_dir; }

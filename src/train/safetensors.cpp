@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
 #include "train/file_io.h"
@@ -41,8 +40,8 @@ const StateTensor& SafetensorsContent::get(const std::string& name, const std::s
 
 size_t safetensors_dtype_size(const std::string& dtype) {
   static const std::map<std::string, size_t> kSizes = {
-      {"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2}, {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I64", 8}, {"I32", 4},
-      {"I16", 2}, {"I8", 1},  {"U64", 8},  {"U32", 4},  {"U16", 2},     {"U8", 1},      {"BOOL", 1}};
+      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I64", 8}, {"I32", 4},
+      {"I16", 2}, {"I8", 1},  {"U64", 8}, {"U32", 4},  {"U16", 2},     {"U8", 1},      {"BOOL", 1}};
   const auto it = kSizes.find(dtype);
   FP4_CHECK(it != kSizes.end(), "unknown safetensors dtype '", dtype, "'");
   return it->second;
@@ -54,12 +53,14 @@ void write_safetensors(const std::filesystem::path& path, std::span<const StateT
   std::set<std::string> names;
   uint64_t offset = 0;
   for (const auto& t : tensors) {
-    FP4_CHECK(t.name != "__metadata__" && !t.name.empty(), path.string(), ": invalid tensor name '", t.name, "'");
+    FP4_CHECK(t.name != "__metadata__" && !t.name.empty(), path.string(), ": invalid tensor name '", t.name,
+              "'");
     FP4_CHECK(names.insert(t.name).second, path.string(), ": duplicate tensor '", t.name, "'");
-    for (int64_t d : t.shape) FP4_CHECK(d >= 0, path.string(), ": tensor '", t.name, "' has a negative dimension");
+    for (int64_t d : t.shape)
+      FP4_CHECK(d >= 0, path.string(), ": tensor '", t.name, "' has a negative dimension");
     const uint64_t expected = static_cast<uint64_t>(element_count(t.shape)) * safetensors_dtype_size(t.dtype);
-    FP4_CHECK(expected == t.bytes.size(), path.string(), ": tensor '", t.name, "' ", t.dtype, shape_text(t.shape),
-              " needs ", expected, " bytes, has ", t.bytes.size());
+    FP4_CHECK(expected == t.bytes.size(), path.string(), ": tensor '", t.name, "' ", t.dtype,
+              shape_text(t.shape), " needs ", expected, " bytes, has ", t.bytes.size());
     header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + expected}}};
     offset += expected;
   }
@@ -80,15 +81,18 @@ void write_safetensors(const std::filesystem::path& path, std::span<const StateT
 SafetensorsContent read_safetensors(const std::filesystem::path& path) {
   const std::string file = path.string();
   const std::string raw = read_file(path);
-  FP4_CHECK(raw.size() >= 8, file, ": truncated: ", raw.size(), " bytes, shorter than the 8-byte header length");
+  FP4_CHECK(raw.size() >= 8, file, ": truncated: ", raw.size(),
+            " bytes, shorter than the 8-byte header length");
   uint64_t header_bytes = 0;
   std::memcpy(&header_bytes, raw.data(), 8);
-  FP4_CHECK(header_bytes <= kMaxHeaderBytes, file, ": header length ", header_bytes, " is implausible (corrupt file)");
+  FP4_CHECK(header_bytes <= kMaxHeaderBytes, file, ": header length ", header_bytes,
+            " is implausible (corrupt file)");
   FP4_CHECK(header_bytes <= raw.size() - 8, file, ": truncated: header says ", header_bytes,
             " bytes but the file has ", raw.size() - 8, " after the length");
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(raw.begin() + 8, raw.begin() + 8 + static_cast<std::ptrdiff_t>(header_bytes));
+    header =
+        nlohmann::json::parse(raw.begin() + 8, raw.begin() + 8 + static_cast<std::ptrdiff_t>(header_bytes));
   } catch (const nlohmann::json::exception& e) {
     FP4_THROW(file, ": header is not valid JSON: ", e.what());
   }
@@ -115,7 +119,8 @@ SafetensorsContent read_safetensors(const std::filesystem::path& path) {
     FP4_CHECK(entry.is_object(), where, ": entry is not an object");
     FP4_CHECK(entry.contains("dtype") && entry["dtype"].is_string(), where, ": missing dtype");
     FP4_CHECK(entry.contains("shape") && entry["shape"].is_array(), where, ": missing shape");
-    FP4_CHECK(entry.contains("data_offsets") && entry["data_offsets"].is_array() && entry["data_offsets"].size() == 2,
+    FP4_CHECK(entry.contains("data_offsets") && entry["data_offsets"].is_array() &&
+                  entry["data_offsets"].size() == 2,
               where, ": missing data_offsets [begin, end]");
     StateTensor t;
     t.name = name;
@@ -131,11 +136,12 @@ SafetensorsContent read_safetensors(const std::filesystem::path& path) {
       t.shape.push_back(d.get<int64_t>());
     }
     const auto& off = entry["data_offsets"];
-    FP4_CHECK(off[0].is_number_unsigned() && off[1].is_number_unsigned(), where, ": data_offsets must be integers");
+    FP4_CHECK(off[0].is_number_unsigned() && off[1].is_number_unsigned(), where,
+              ": data_offsets must be integers");
     const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     FP4_CHECK(begin <= end, where, ": data_offsets [", begin, ", ", end, "] are reversed");
-    FP4_CHECK(end <= data_bytes, file, ": truncated: tensor '", name, "' ends at data byte ", end, " but the file has ",
-              data_bytes, " data bytes");
+    FP4_CHECK(end <= data_bytes, file, ": truncated: tensor '", name, "' ends at data byte ", end,
+              " but the file has ", data_bytes, " data bytes");
     const uint64_t expected = static_cast<uint64_t>(element_count(t.shape)) * elem;
     FP4_CHECK(end - begin == expected, where, ": ", t.dtype, shape_text(t.shape), " needs ", expected,
               " bytes but data_offsets span ", end - begin);
@@ -146,8 +152,10 @@ SafetensorsContent read_safetensors(const std::filesystem::path& path) {
   std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
   uint64_t covered = 0;
   for (const auto& r : ranges) {
-    FP4_CHECK(r.begin == covered, file, ": tensor '", content.tensors[r.index].name, "' starts at data byte ", r.begin,
-              r.begin < covered ? ", overlapping the previous tensor" : ", leaving a gap after the previous tensor");
+    FP4_CHECK(r.begin == covered, file, ": tensor '", content.tensors[r.index].name, "' starts at data byte ",
+              r.begin,
+              r.begin < covered ? ", overlapping the previous tensor"
+                                : ", leaving a gap after the previous tensor");
     covered = r.end;
   }
   FP4_CHECK(covered == data_bytes, file, ": ", data_bytes - covered, " trailing bytes after the last tensor");
@@ -159,7 +167,8 @@ SafetensorsContent read_safetensors(const std::filesystem::path& path) {
   return content;
 }
 
-StateTensor make_f32_tensor(const std::string& name, std::vector<int64_t> shape, std::span<const float> values) {
+StateTensor make_f32_tensor(const std::string& name, std::vector<int64_t> shape,
+                            std::span<const float> values) {
   FP4_CHECK(element_count(shape) == static_cast<int64_t>(values.size()), "tensor '", name, "': shape ",
             shape_text(shape), " does not match ", values.size(), " values");
   StateTensor t{name, "F32", std::move(shape), {}};
@@ -170,8 +179,8 @@ StateTensor make_f32_tensor(const std::string& name, std::vector<int64_t> shape,
 
 std::vector<float> f32_values(const StateTensor& t) {
   FP4_CHECK(t.dtype == "F32", "tensor '", t.name, "' has dtype ", t.dtype, ", expected F32");
-  FP4_CHECK(t.bytes.size() == static_cast<size_t>(element_count(t.shape)) * 4, "tensor '", t.name,
-            "' has ", t.bytes.size(), " bytes for shape ", shape_text(t.shape));
+  FP4_CHECK(t.bytes.size() == static_cast<size_t>(element_count(t.shape)) * 4, "tensor '", t.name, "' has ",
+            t.bytes.size(), " bytes for shape ", shape_text(t.shape));
   std::vector<float> v(t.bytes.size() / 4);
   if (!v.empty()) std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
   return v;

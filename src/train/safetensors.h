@@ -40,7 +40,8 @@ void write_safetensors(const std::filesystem::path& path, std::span<const StateT
 SafetensorsContent read_safetensors(const std::filesystem::path& path);
 
 // An F32 tensor from floats, and the floats back (checking dtype F32 and the element count).
-StateTensor make_f32_tensor(const std::string& name, std::vector<int64_t> shape, std::span<const float> values);
+StateTensor make_f32_tensor(const std::string& name, std::vector<int64_t> shape,
+                            std::span<const float> values);
 std::vector<float> f32_values(const StateTensor& t);
 
 }  // namespace fp4

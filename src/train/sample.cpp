@@ -12,7 +12,8 @@ namespace fp4 {
 int32_t sample_token(std::span<const float> logits, int vocab_real, float temperature, int top_k, double u) {
   const int n = std::min<int>(vocab_real, static_cast<int>(logits.size()));
   FP4_CHECK(n > 0, "sample: no candidate tokens");
-  FP4_CHECK(temperature >= 0 && std::isfinite(temperature), "sample: temperature must be >= 0, got ", temperature);
+  FP4_CHECK(temperature >= 0 && std::isfinite(temperature), "sample: temperature must be >= 0, got ",
+            temperature);
   FP4_CHECK(top_k >= 0, "sample: top_k must be >= 0, got ", top_k);
   for (int i = 0; i < n; ++i)
     FP4_CHECK(!std::isnan(logits[static_cast<size_t>(i)]), "sample: logit of token ", i, " is NaN");
@@ -48,8 +49,8 @@ std::vector<int32_t> generate(TrainingEngine& engine, std::vector<int32_t> promp
   FP4_CHECK(o.context > 0, "sample: context must be positive");
   const auto& cfg = engine.config();
   for (int32_t id : prompt)
-    FP4_CHECK(id >= 0 && id < cfg.vocab_real, "sample: prompt token ", id, " is outside the model's vocabulary (",
-              cfg.vocab_real, ")");
+    FP4_CHECK(id >= 0 && id < cfg.vocab_real, "sample: prompt token ", id,
+              " is outside the model's vocabulary (", cfg.vocab_real, ")");
   const int context = std::min(o.context, cfg.max_seq_len);
   const RngStream rng{o.seed, make_stream(0, 0, 0x5a)};
   std::vector<float> logits(static_cast<size_t>(cfg.vocab_size));

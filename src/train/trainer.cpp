@@ -67,7 +67,8 @@ Trainer::Trainer(RunConfig cfg, TrainerOptions options)
 
   const Manifest train_manifest = ensure_prepared_data(cfg_, [this](const std::string& l) { log(l); });
   check_data_fits(cfg_, train_manifest, cfg_.data.train_dir);
-  if (cfg_.val_dir() != cfg_.data.train_dir) check_data_fits(cfg_, read_manifest(cfg_.val_dir()), cfg_.val_dir());
+  if (cfg_.val_dir() != cfg_.data.train_dir)
+    check_data_fits(cfg_, read_manifest(cfg_.val_dir()), cfg_.val_dir());
 
   LoaderOptions lo;
   lo.data = cfg_.data.train_dir;
@@ -116,7 +117,8 @@ void Trainer::log(const std::string& line) {
 
 nlohmann::json Trainer::trainer_state() const {
   const double elapsed =
-      elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
+      elapsed_before_ +
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
   return {{"step", step_},
           {"tokens", tokens_},
           {"elapsed", elapsed},
@@ -145,8 +147,8 @@ EvalResult Trainer::evaluate(Progress& progress) {
   rec.val_loss = r.loss;
   rec.val_ppl = r.perplexity;
   rec.val_tokens = r.tokens;
-  rec.elapsed =
-      elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
+  rec.elapsed = elapsed_before_ +
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
   metrics_->write(to_json(rec));
   progress.eval(rec);
   return r;
@@ -158,10 +160,11 @@ TrainResult Trainer::run() {
   session_start_ = std::chrono::steady_clock::now();
   Progress progress(step_, target, options_.progress_bar, options_.log);
   if (step_ >= target)
-    progress.message(run_dir_.string() + " is at step " + std::to_string(step_) + " (train.steps = " +
-                     std::to_string(target) + "): nothing to train");
+    progress.message(run_dir_.string() + " is at step " + std::to_string(step_) +
+                     " (train.steps = " + std::to_string(target) + "): nothing to train");
   else
-    progress.message("training " + cfg_.model.name + " (" + format_count(static_cast<double>(cfg_.model.parameter_count())) +
+    progress.message("training " + cfg_.model.name + " (" +
+                     format_count(static_cast<double>(cfg_.model.parameter_count())) +
                      " parameters, recipe " + recipe_.name + ") on " + engine_->device_name() + ": steps " +
                      std::to_string(step_) + " -> " + std::to_string(target) + ", " +
                      std::to_string(cfg_.tokens_per_step()) + " tokens/step, run dir " + run_dir_.string());
@@ -177,8 +180,9 @@ TrainResult Trainer::run() {
     progress.finish();
     metrics_->write({{"type", "error"}, {"step", step}, {"message", why}});
     FP4_THROW("training stopped at step ", step, ": ", why, "\n",
-              last_checkpoint_.empty() ? std::string("no checkpoint was written")
-                                       : "the last good checkpoint, " + last_checkpoint_.string() + ", is untouched");
+              last_checkpoint_.empty()
+                  ? std::string("no checkpoint was written")
+                  : "the last good checkpoint, " + last_checkpoint_.string() + ", is untouched");
   };
 
   int64_t last_saved = resumed_from_ ? step_ : -1;
@@ -210,8 +214,8 @@ TrainResult Trainer::run() {
     r.lr = hyper.lr;
     r.grad_norm = s.grad_norm;
     r.tokens_per_s = interval_seconds > 0 ? static_cast<double>(interval_tokens) / interval_seconds : 0;
-    r.elapsed =
-        elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
+    r.elapsed = elapsed_before_ +
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
     if (log_now) {
       metrics_->write(to_json(r));
       interval_seconds = 0;

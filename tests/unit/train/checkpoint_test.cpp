@@ -16,8 +16,8 @@ namespace fp4 {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 using testing::TempDir;
 
 // An engine with non-trivial optimizer state: a few steps on random tokens.
@@ -31,9 +31,13 @@ std::unique_ptr<TrainingEngine> trained_engine(uint64_t seed, int steps) {
   return engine;
 }
 
-nlohmann::json trainer_json(int64_t step) { return {{"step", step}, {"tokens", step * 16}, {"note", "test"}}; }
+nlohmann::json trainer_json(int64_t step) {
+  return {{"step", step}, {"tokens", step * 16}, {"note", "test"}};
+}
 
-std::string latest_name(const fs::path& run) { return read_file(checkpoint_root(run) / "latest"); }
+std::string latest_name(const fs::path& run) {
+  return read_file(checkpoint_root(run) / "latest");
+}
 
 // SHA-256 of every file of a checkpoint dir, to show it was not touched.
 std::map<std::string, std::string> fingerprint(const fs::path& dir) {
@@ -64,11 +68,13 @@ TEST(Checkpoint, RoundTripRestoresTheExactState) {
   }
   // Both continue identically.
   std::mt19937_64 r1(seed ^ 7), r2(seed ^ 7);
-  const std::vector<Batch> m1 = {testing::random_batch(r1, 2, 8, 257)}, m2 = {testing::random_batch(r2, 2, 8, 257)};
+  const std::vector<Batch> m1 = {testing::random_batch(r1, 2, 8, 257)},
+                           m2 = {testing::random_batch(r2, 2, 8, 257)};
   EXPECT_EQ(a->train_step(m1, StepHyper{}).loss, b->train_step(m2, StepHyper{}).loss);
   // model.safetensors holds every parameter as F32 with its shape.
   for (const auto& p : a->parameters()) {
-    const auto it = std::find_if(ckpt.model.begin(), ckpt.model.end(), [&](auto& t) { return t.name == p.name; });
+    const auto it =
+        std::find_if(ckpt.model.begin(), ckpt.model.end(), [&](auto& t) { return t.name == p.name; });
     ASSERT_NE(it, ckpt.model.end()) << p.name;
     EXPECT_EQ(it->shape, p.shape);
     EXPECT_EQ(it->dtype, "F32");
@@ -87,7 +93,8 @@ TEST(Checkpoint, InterruptedSaveNeverDamagesThePreviousOne) {
     crash.after_stage = [&](const std::string& s) {
       if (s == stage) throw std::runtime_error("simulated crash after " + s);
     };
-    EXPECT_THROW(save_checkpoint(run.path(), 2, *engine2, trainer_json(2), crash), std::runtime_error) << stage;
+    EXPECT_THROW(save_checkpoint(run.path(), 2, *engine2, trainer_json(2), crash), std::runtime_error)
+        << stage;
     EXPECT_EQ(latest_name(run.path()), "step_000001\n") << stage;
     EXPECT_EQ(fingerprint(first), before) << stage;
     const auto latest = latest_checkpoint(run.path());
@@ -179,7 +186,8 @@ TEST_F(CorruptCheckpoint, TruncatedMissingAndManifestProblems) {
   EXPECT_THAT(error_of([&] { load_checkpoint(dir_); }), HasSubstr("manifest.json: missing"));
   write_file_synced(dir_ / "manifest.json", "{not json");
   EXPECT_THAT(error_of([&] { load_checkpoint(dir_); }), HasSubstr("manifest.json: not valid JSON"));
-  EXPECT_THAT(error_of([&] { load_checkpoint(run_ / "nowhere"); }), HasSubstr("checkpoint directory not found"));
+  EXPECT_THAT(error_of([&] { load_checkpoint(run_ / "nowhere"); }),
+              HasSubstr("checkpoint directory not found"));
 }
 
 // Rewrites model.safetensors (and its manifest entry, so the checksum passes) to test the checks

@@ -14,8 +14,8 @@ namespace fp4 {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 using testing::TempDir;
 
 class CommandsTest : public ::testing::Test {
@@ -25,10 +25,20 @@ class CommandsTest : public ::testing::Test {
   TrainArgs train_args(const std::string& out) const {
     TrainArgs a;
     a.out = (tmp_ / out).string();
-    a.sets = {"model.n_layers=1",  "model.d_model=32", "model.n_heads=2",  "model.d_ff=64",
-              "data.train_dir=" + (tmp_ / "shards").string(),              "data.train_text=",
-              "data.val_text=",    "data.batch=4",     "data.seq=32",      "train.steps=6",
-              "optim.warmup=2",    "train.eval_every=0", "train.eval_batches=3", "train.log_every=2"};
+    a.sets = {"model.n_layers=1",
+              "model.d_model=32",
+              "model.n_heads=2",
+              "model.d_ff=64",
+              "data.train_dir=" + (tmp_ / "shards").string(),
+              "data.train_text=",
+              "data.val_text=",
+              "data.batch=4",
+              "data.seq=32",
+              "train.steps=6",
+              "optim.warmup=2",
+              "train.eval_every=0",
+              "train.eval_batches=3",
+              "train.log_every=2"};
     return a;
   }
   TempDir tmp_;

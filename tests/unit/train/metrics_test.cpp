@@ -122,7 +122,8 @@ TEST(Progress, BarRedrawsInPlace) {
     p.message("eval line");
   }
   const std::string out = captured(f.get());
-  EXPECT_THAT(out, HasSubstr("\r\033[2K[##################......] step 75/100 | 2.0k tok/s | loss 1.5000 | ETA"));
+  EXPECT_THAT(out,
+              HasSubstr("\r\033[2K[##################......] step 75/100 | 2.0k tok/s | loss 1.5000 | ETA"));
   // The message clears the bar, prints, and redraws it; finishing ends the line.
   EXPECT_THAT(out, HasSubstr("\r\033[2Keval line\n\r\033[2K[####"));
   EXPECT_EQ(out.back(), '\n');

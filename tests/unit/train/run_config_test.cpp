@@ -11,8 +11,8 @@
 namespace fp4 {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 using testing::TempDir;
 
 const std::filesystem::path kSource = FP4_SOURCE_DIR;
@@ -83,7 +83,8 @@ TEST(RunConfig, WrongTypesAreErrors) {
               HasSubstr("'data.batch' expects an integer, got a array"));
   EXPECT_THAT(error_of([&] { load_run_config({write_toml(dir, "g.toml", "[data\n")}); }),
               HasSubstr("g.toml:1: invalid TOML"));
-  EXPECT_THAT(error_of([&] { load_run_config({dir / "absent.toml"}); }), HasSubstr("absent.toml: config file not found"));
+  EXPECT_THAT(error_of([&] { load_run_config({dir / "absent.toml"}); }),
+              HasSubstr("absent.toml: config file not found"));
   // Whole numbers written as floats are accepted for integer keys (5e7 tokens).
   const auto ok = load_run_config({write_toml(dir, "h.toml", "[optim]\ntotal_tokens = 4.096e6\n")});
   EXPECT_EQ(ok.optim.total_tokens, 4096000);
@@ -99,8 +100,9 @@ TEST(RunConfig, OverridesAreTypedAndWin) {
   const auto p = write_toml(dir, "a.toml", "[data]\nbatch = 3\n[optim]\nlr = 0.5\n");
   char lr_text[64];
   std::snprintf(lr_text, sizeof lr_text, "%.17g", lr);
-  const auto cfg = load_run_config({p}, {"data.batch=" + std::to_string(batch), std::string("optim.lr=") + lr_text,
-                                         "train.out_dir=\"runs/quoted\"", "optim.schedule=wsd"});
+  const auto cfg =
+      load_run_config({p}, {"data.batch=" + std::to_string(batch), std::string("optim.lr=") + lr_text,
+                            "train.out_dir=\"runs/quoted\"", "optim.schedule=wsd"});
   EXPECT_EQ(cfg.data.batch, batch);
   EXPECT_EQ(cfg.optim.lr, lr);
   EXPECT_EQ(cfg.train.out_dir, "runs/quoted");

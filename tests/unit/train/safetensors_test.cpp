@@ -5,9 +5,8 @@
 
 #include <cstring>
 #include <fstream>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "test_util.h"
 #include "train/file_io.h"
@@ -15,8 +14,8 @@
 namespace fp4 {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 using testing::TempDir;
 
 StateTensor random_tensor(std::mt19937_64& rng, const std::string& name, const std::string& dtype,
@@ -109,7 +108,8 @@ TEST(Safetensors, MalformedHeadersNameTheFault) {
   write_raw(p, R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8);
   EXPECT_THAT(error_of([&] { read_safetensors(p); }), HasSubstr("tensor 'w': F32[3] needs 12 bytes"));
   write_raw(p, R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-                   "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})", 12);
+                   "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+            12);
   EXPECT_THAT(error_of([&] { read_safetensors(p); }), HasSubstr("overlapping"));
   write_raw(p, R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})", 12);
   EXPECT_THAT(error_of([&] { read_safetensors(p); }), HasSubstr("gap"));
@@ -128,11 +128,16 @@ TEST(Safetensors, MalformedHeadersNameTheFault) {
 TEST(Safetensors, WriterRejectsInconsistentTensors) {
   TempDir dir;
   StateTensor t{"w", "F32", {2, 2}, std::vector<uint8_t>(15)};
-  EXPECT_THAT(error_of([&] { write_safetensors(dir / "x", std::vector{t}); }), HasSubstr("needs 16 bytes, has 15"));
+  EXPECT_THAT(error_of([&] { write_safetensors(dir / "x", std::vector{t}); }),
+              HasSubstr("needs 16 bytes, has 15"));
   t.bytes.resize(16);
-  EXPECT_THAT(error_of([&] { write_safetensors(dir / "x", std::vector{t, t}); }), HasSubstr("duplicate tensor 'w'"));
+  EXPECT_THAT(error_of([&] {
+                write_safetensors(dir / "x", std::vector{t, t});
+              }),
+              HasSubstr("duplicate tensor 'w'"));
   const SafetensorsContent c{{t}, {}};
-  EXPECT_THAT(error_of([&] { c.get("v", "f.safetensors"); }), HasSubstr("f.safetensors: tensor 'v' is missing"));
+  EXPECT_THAT(error_of([&] { c.get("v", "f.safetensors"); }),
+              HasSubstr("f.safetensors: tensor 'v' is missing"));
 }
 
 TEST(Safetensors, F32Helpers) {

@@ -75,7 +75,8 @@ inline Batch random_batch(std::mt19937_64& rng, int batch, int seq, int vocab) {
 }
 
 // Pseudo-English documents from a small random vocabulary: learnable, different on every run.
-inline void write_corpus(const std::filesystem::path& dir, std::mt19937_64& rng, int docs, int words_per_doc) {
+inline void write_corpus(const std::filesystem::path& dir, std::mt19937_64& rng, int docs,
+                         int words_per_doc) {
   std::filesystem::create_directories(dir);
   std::vector<std::string> vocab;
   for (int i = 0; i < 40; ++i) {
@@ -85,7 +86,8 @@ inline void write_corpus(const std::filesystem::path& dir, std::mt19937_64& rng,
   }
   for (int d = 0; d < docs; ++d) {
     std::ofstream out(dir / ("doc" + std::to_string(d) + ".txt"));
-    for (int w = 0; w < words_per_doc; ++w) out << vocab[rng() % vocab.size()] << (w % 12 == 11 ? ".\n" : " ");
+    for (int w = 0; w < words_per_doc; ++w)
+      out << vocab[rng() % vocab.size()] << (w % 12 == 11 ? ".\n" : " ");
   }
 }
 

@@ -17,15 +17,13 @@ namespace fp4 {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 using testing::TempDir;
 
 class TrainerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    testing::prepare_corpus(tmp_.path());
-  }
+  void SetUp() override { testing::prepare_corpus(tmp_.path()); }
 
   // A small run: 2 micro-batches of 4 x 32 per step, a fixed 12-step schedule.
   RunConfig config(const std::string& run, int64_t steps) const {
@@ -85,7 +83,8 @@ TEST_F(TrainerTest, TrainsLogsEvaluatesAndCheckpoints) {
   EXPECT_LT(train.back()["loss"].get<double>(), train.front()["loss"].get<double>() - 0.5);
   // Warm-up reaches the peak at step 2, the cosine ends at final_ratio * peak.
   EXPECT_FLOAT_EQ(train[1]["lr"].get<float>(), 3e-3f);
-  EXPECT_NEAR(train.back()["lr"].get<double>(), 3e-3 * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 11 / 10))), 1e-9);
+  EXPECT_NEAR(train.back()["lr"].get<double>(), 3e-3 * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 11 / 10))),
+              1e-9);
   const auto eval = records(tmp_ / "run", "eval");
   ASSERT_EQ(eval.size(), 3u);  // steps 4 and 8, and the end
   EXPECT_EQ(eval[2]["step"], 12);
@@ -96,7 +95,8 @@ TEST_F(TrainerTest, TrainsLogsEvaluatesAndCheckpoints) {
   ASSERT_EQ(ckpts.size(), 3u);
   EXPECT_EQ(ckpts.back().filename(), "step_000012");
   EXPECT_EQ(r.last_checkpoint, ckpts.back());
-  const auto cfg = run_config_from_json(nlohmann::json::parse(read_file(tmp_ / "run/config.json")), "config.json");
+  const auto cfg =
+      run_config_from_json(nlohmann::json::parse(read_file(tmp_ / "run/config.json")), "config.json");
   EXPECT_EQ(config_hash(cfg), config_hash(t.config()));
   EXPECT_TRUE(fs::exists(tmp_ / "run/recipe.toml"));
   const auto trainer = load_checkpoint(ckpts.back(), false).trainer;
@@ -160,7 +160,8 @@ TEST_F(TrainerTest, ResumeRefusesADifferentTraining) {
 TEST_F(TrainerTest, ResumeFlagNeedsACheckpoint) {
   auto opts = quiet();
   opts.require_resume = true;
-  EXPECT_THAT(error_of([&] { Trainer t(config("fresh", 3), opts); }), HasSubstr("holds no checkpoint to resume from"));
+  EXPECT_THAT(error_of([&] { Trainer t(config("fresh", 3), opts); }),
+              HasSubstr("holds no checkpoint to resume from"));
 }
 
 TEST_F(TrainerTest, RunAtItsEndOnlyEvaluates) {
