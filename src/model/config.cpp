@@ -15,12 +15,8 @@ struct Preset {
 
 // RECIPES.md section 9. Every d_model and d_ff is a multiple of 128 (block128 NVFP4 scaling).
 constexpr Preset kPresets[] = {
-    {"tiny", 2, 128, 4, 384},
-    {"olmo2-30m", 6, 384, 6, 1024},
-    {"olmo2-70m", 8, 512, 8, 1024},
-    {"olmo2-150m", 12, 768, 12, 1536},
-    {"olmo2-370m", 16, 1024, 16, 4096},
-    {"olmo2-1b", 16, 2048, 16, 8192},
+    {"tiny", 2, 128, 4, 384},          {"olmo2-30m", 6, 384, 6, 1024},     {"olmo2-70m", 8, 512, 8, 1024},
+    {"olmo2-150m", 12, 768, 12, 1536}, {"olmo2-370m", 16, 1024, 16, 4096}, {"olmo2-1b", 16, 2048, 16, 8192},
 };
 
 constexpr int kGpt2Vocab = 50257;
@@ -32,12 +28,12 @@ constexpr int kByteVocabPadded = 320;    // next multiple of 64
 
 int64_t ModelConfig::parameter_count() const {
   const int64_t d = d_model, ff = d_ff, v = vocab_size;
-  const int64_t per_block = 3 * d * d  // fused qkv
-                            + 2 * d    // q and k norms
-                            + d * d    // attention output
-                            + d        // post-attention norm
+  const int64_t per_block = 3 * d * d              // fused qkv
+                            + 2 * d                // q and k norms
+                            + d * d                // attention output
+                            + d                    // post-attention norm
                             + 2 * ff * d + d * ff  // fused gate+up, down
-                            + d;       // post-MLP norm
+                            + d;                   // post-MLP norm
   return v * d /*embedding*/ + n_layers * per_block + d /*final norm*/ + v * d /*LM head*/;
 }
 

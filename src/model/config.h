@@ -12,13 +12,13 @@ struct ModelConfig {
   int n_layers = 2;
   int d_model = 128;
   int n_heads = 4;
-  int d_ff = 384;            // SwiGLU inner size
-  int vocab_size = 320;      // embedding rows (padded); tokens >= vocab_real are never targets
-  int vocab_real = 257;      // the tokenizer's vocabulary (tiny: 256 bytes + end-of-text 256)
+  int d_ff = 384;        // SwiGLU inner size
+  int vocab_size = 320;  // embedding rows (padded); tokens >= vocab_real are never targets
+  int vocab_real = 257;  // the tokenizer's vocabulary (tiny: 256 bytes + end-of-text 256)
   int max_seq_len = 256;
   float rope_theta = 500000.0f;
   float norm_eps = 1e-6f;
-  float init_std = 0.02f;    // normal, truncated at 3 sigma
+  float init_std = 0.02f;  // normal, truncated at 3 sigma
   float z_loss = 1e-5f;
 
   int head_dim() const { return d_model / n_heads; }

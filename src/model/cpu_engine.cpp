@@ -24,7 +24,8 @@ void check_batch(const Batch& b, const ModelConfig& cfg, const std::string& what
   FP4_CHECK(b.seq <= cfg.max_seq_len, what, ": seq ", b.seq, " exceeds max_seq_len ", cfg.max_seq_len);
   const size_t n = static_cast<size_t>(b.batch) * static_cast<size_t>(b.seq);
   FP4_CHECK(b.tokens.size() == n, what, ": ", b.tokens.size(), " tokens for shape ", b.batch, " x ", b.seq);
-  FP4_CHECK(b.targets.size() == n, what, ": ", b.targets.size(), " targets for shape ", b.batch, " x ", b.seq);
+  FP4_CHECK(b.targets.size() == n, what, ": ", b.targets.size(), " targets for shape ", b.batch, " x ",
+            b.seq);
   for (size_t i = 0; i < n; ++i)
     FP4_CHECK(b.targets[i] < cfg.vocab_real, what, ": target ", b.targets[i], " at position ", i,
               " is outside the vocabulary (", cfg.vocab_real, " ids)");
@@ -101,7 +102,8 @@ class CpuEngine final : public TrainingEngine {
   }
 
   void last_logits(const Batch& batch, std::span<float> out) override {
-    FP4_CHECK(batch.batch > 0 && batch.seq > 0 && batch.tokens.size() == static_cast<size_t>(batch.batch) * batch.seq,
+    FP4_CHECK(batch.batch > 0 && batch.seq > 0 &&
+                  batch.tokens.size() == static_cast<size_t>(batch.batch) * batch.seq,
               "last_logits: ", batch.tokens.size(), " tokens for shape ", batch.batch, " x ", batch.seq);
     const size_t need = static_cast<size_t>(batch.batch) * static_cast<size_t>(config().vocab_size);
     FP4_CHECK(out.size() == need, "last_logits: output holds ", out.size(), " floats, need ", need);
@@ -127,19 +129,23 @@ class CpuEngine final : public TrainingEngine {
   void write_parameter(const std::string& name, std::span<const float> in) override {
     auto& ps = model_.params();
     auto v = ps.value(ps.require(name));
-    FP4_CHECK(in.size() == v.size(), "write_parameter ", name, ": ", in.size(), " floats given, need ", v.size());
+    FP4_CHECK(in.size() == v.size(), "write_parameter ", name, ": ", in.size(), " floats given, need ",
+              v.size());
     std::copy(in.begin(), in.end(), v.begin());
   }
 
   std::vector<StateTensor> save_state() const override {
     std::vector<StateTensor> out;
     const auto& ps = model_.params();
-    for (int i = 0; i < ps.size(); ++i) out.push_back(f32_tensor(ps.at(i).info.name, ps.at(i).info.shape, ps.value(i)));
+    for (int i = 0; i < ps.size(); ++i)
+      out.push_back(f32_tensor(ps.at(i).info.name, ps.at(i).info.shape, ps.value(i)));
     for (int i = 0; i < ps.size(); ++i) {
       const auto& p = ps.at(i);
       const auto off = static_cast<size_t>(p.offset), n = static_cast<size_t>(p.info.numel());
-      out.push_back(f32_tensor(kMomentPrefix1 + p.info.name, p.info.shape, adam_.first_moment().subspan(off, n)));
-      out.push_back(f32_tensor(kMomentPrefix2 + p.info.name, p.info.shape, adam_.second_moment().subspan(off, n)));
+      out.push_back(
+          f32_tensor(kMomentPrefix1 + p.info.name, p.info.shape, adam_.first_moment().subspan(off, n)));
+      out.push_back(
+          f32_tensor(kMomentPrefix2 + p.info.name, p.info.shape, adam_.second_moment().subspan(off, n)));
     }
     StateTensor step{kStepName, "I64", {1}, std::vector<uint8_t>(sizeof(int64_t))};
     const int64_t s = adam_.step_count();
@@ -157,7 +163,8 @@ class CpuEngine final : public TrainingEngine {
       const auto it = by_name.find(name);
       FP4_CHECK(it != by_name.end(), "load_state: tensor '", name, "' is missing");
       const StateTensor& t = *it->second;
-      FP4_CHECK(t.dtype == dtype, "load_state: tensor '", name, "' has dtype ", t.dtype, ", expected ", dtype);
+      FP4_CHECK(t.dtype == dtype, "load_state: tensor '", name, "' has dtype ", t.dtype, ", expected ",
+                dtype);
       FP4_CHECK(t.shape == shape, "load_state: tensor '", name, "' has shape ", shape_string(t.shape),
                 ", expected ", shape_string(shape));
       int64_t n = 1;
@@ -204,8 +211,8 @@ class CpuEngine final : public TrainingEngine {
       const auto v = ps.value(i);
       const int64_t at = cpu::first_nonfinite(v.data(), static_cast<int64_t>(v.size()));
       if (at >= 0)
-        return "parameter " + ps.at(i).info.name + " holds a non-finite value (" + std::to_string(v[static_cast<size_t>(at)]) +
-               " at element " + std::to_string(at) + ")";
+        return "parameter " + ps.at(i).info.name + " holds a non-finite value (" +
+               std::to_string(v[static_cast<size_t>(at)]) + " at element " + std::to_string(at) + ")";
     }
     const std::string act = model_.first_nonfinite_activation();
     if (!act.empty()) return "the first non-finite activation is the " + act;
@@ -220,8 +227,8 @@ class CpuEngine final : public TrainingEngine {
       const auto g = ps.grad(i);
       const int64_t at = cpu::first_nonfinite(g.data(), static_cast<int64_t>(g.size()));
       if (at >= 0)
-        FP4_THROW(where, ": non-finite gradient (", g[static_cast<size_t>(at)], ") in parameter ", ps.at(i).info.name,
-                  " at element ", at);
+        FP4_THROW(where, ": non-finite gradient (", g[static_cast<size_t>(at)], ") in parameter ",
+                  ps.at(i).info.name, " at element ", at);
     }
   }
 

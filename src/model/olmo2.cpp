@@ -16,7 +16,8 @@ Olmo2Model::Olmo2Model(const ModelConfig& cfg, const Recipe& recipe) : cfg_(cfg)
   validate(cfg_);
   const int64_t d = cfg_.d_model, v = cfg_.vocab_size;
   embed_ = params_.add("embed", {v, d}, false, ParamInit::kNormal);
-  for (int l = 0; l < cfg_.n_layers; ++l) blocks_.push_back(std::make_unique<Block>(params_, cfg_, recipe, l));
+  for (int l = 0; l < cfg_.n_layers; ++l)
+    blocks_.push_back(std::make_unique<Block>(params_, cfg_, recipe, l));
   final_norm_ = params_.add("final_norm", {d}, false, ParamInit::kOnes);
   lm_head_ = params_.add("lm_head", {v, d}, true, ParamInit::kNormal);
   params_.allocate();
@@ -81,14 +82,15 @@ cpu::LossSums Olmo2Model::loss(const int32_t* targets, bool backward, float grad
     const float* x = xf_.data() + static_cast<int64_t>(r0) * d;
     float* logits = logits_.data();
     cpu::gemm(false, true, m, v, d, 1.0f, x, d, w, d, 0.0f, logits, v);
-    const auto s = cpu::cross_entropy(backward ? logits : nullptr, logits, targets + r0, m, v, cfg_.vocab_real,
-                                      cfg_.z_loss, grad_scale);
+    const auto s = cpu::cross_entropy(backward ? logits : nullptr, logits, targets + r0, m, v,
+                                      cfg_.vocab_real, cfg_.z_loss, grad_scale);
     total.loss += s.loss;
     total.ce += s.ce;
     total.tokens += s.tokens;
     if (backward) {
       // logits now hold dlogits: dx = dlogits W, dW += dlogits^T x.
-      cpu::gemm(false, false, m, d, v, 1.0f, logits, v, w, d, 0.0f, dxf_.data() + static_cast<int64_t>(r0) * d, d);
+      cpu::gemm(false, false, m, d, v, 1.0f, logits, v, w, d, 0.0f,
+                dxf_.data() + static_cast<int64_t>(r0) * d, d);
       cpu::gemm(true, false, v, d, m, 1.0f, logits, v, x, d, 1.0f, dw, d);
     }
   }

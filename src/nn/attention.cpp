@@ -12,8 +12,8 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const Mode
                               recipe.policy_for(layer, cfg.n_layers, LinearKind::kQkv), recipe.name});
   q_norm_ = params.add(prefix + ".q_norm", {d}, false, ParamInit::kOnes);
   k_norm_ = params.add(prefix + ".k_norm", {d}, false, ParamInit::kOnes);
-  out_ = make_linear(params, {prefix + ".wo", d, d, recipe.policy_for(layer, cfg.n_layers, LinearKind::kAttnOut),
-                              recipe.name});
+  out_ = make_linear(params, {prefix + ".wo", d, d,
+                              recipe.policy_for(layer, cfg.n_layers, LinearKind::kAttnOut), recipe.name});
 }
 
 void Attention::resize(int b, int t) {
@@ -39,8 +39,8 @@ void Attention::forward(const float* x, float* y, const RopeTables& rope) {
                        cfg_.norm_eps);
   cpu::rope_forward(q_.data(), d, rope.cos.data(), rope.sin.data(), b_, t_, h, hd);
   cpu::rope_forward(k_.data(), d, rope.cos.data(), rope.sin.data(), b_, t_, h, hd);
-  cpu::attention_forward(att_.data(), d, probs_.data(), q_.data(), d, k_.data(), d, qkv + 2 * d, 3 * d, b_, t_,
-                         h, hd);
+  cpu::attention_forward(att_.data(), d, probs_.data(), q_.data(), d, k_.data(), d, qkv + 2 * d, 3 * d, b_,
+                         t_, h, hd);
   out_->forward(att_.data(), y, n);
 }
 
@@ -51,8 +51,8 @@ void Attention::backward(const float* dy, float* dx, bool accumulate_dx, const R
   float* dqkv = ws.dqkv.data();
   out_->backward(dy, ws.datt.data(), n, false);
   cpu::attention_backward(ws.dq.data(), d, ws.dk.data(), d, dqkv + 2 * d, 3 * d, ws.dprobs.data(),
-                          ws.datt.data(), d, probs_.data(), q_.data(), d, k_.data(), d, qkv + 2 * d, 3 * d, b_,
-                          t_, h, hd);
+                          ws.datt.data(), d, probs_.data(), q_.data(), d, k_.data(), d, qkv + 2 * d, 3 * d,
+                          b_, t_, h, hd);
   cpu::rope_backward(ws.dq.data(), d, rope.cos.data(), rope.sin.data(), b_, t_, h, hd);
   cpu::rope_backward(ws.dk.data(), d, rope.cos.data(), rope.sin.data(), b_, t_, h, hd);
   cpu::rmsnorm_backward(dqkv, 3 * d, params_.grad(q_norm_).data(), ws.dq.data(), d, qkv, 3 * d,

@@ -36,11 +36,11 @@ class Attention {
   std::unique_ptr<Linear> out_;
   int b_ = 0, t_ = 0;
   // saved for the backward
-  Tensor qkv_out_;         // [n][3d] raw q | k | v
+  Tensor qkv_out_;          // [n][3d] raw q | k | v
   Tensor rstd_q_, rstd_k_;  // [n]
-  Tensor q_, k_;           // [n][d] normed and rotated
-  Tensor probs_;           // [b][heads][t][t]
-  Tensor att_;             // [n][d] attention output (input of wo)
+  Tensor q_, k_;            // [n][d] normed and rotated
+  Tensor probs_;            // [b][heads][t][t]
+  Tensor att_;              // [n][d] attention output (input of wo)
 };
 
 }  // namespace fp4

@@ -29,8 +29,8 @@ void Block::forward(const float* x, float* out, const RopeTables& rope) {
   const int d = cfg_.d_model;
   const int64_t nd = static_cast<int64_t>(n_) * d;
   attn_.forward(x, y_attn_.data(), rope);
-  cpu::rmsnorm_forward(h_.data(), d, rstd_attn_.data(), y_attn_.data(), d, params_.value(attn_norm_).data(), n_,
-                       d, cfg_.norm_eps);
+  cpu::rmsnorm_forward(h_.data(), d, rstd_attn_.data(), y_attn_.data(), d, params_.value(attn_norm_).data(),
+                       n_, d, cfg_.norm_eps);
   cpu::add(h_.data(), h_.data(), x, nd);
   mlp_.forward(h_.data(), y_mlp_.data());
   cpu::rmsnorm_forward(out, d, rstd_mlp_.data(), y_mlp_.data(), d, params_.value(mlp_norm_).data(), n_, d,

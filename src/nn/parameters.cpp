@@ -40,7 +40,8 @@ int ParameterSet::require(const std::string& name) const {
 
 std::span<float> ParameterSet::value(int i) {
   const auto& p = at(i);
-  return std::span<float>(values_).subspan(static_cast<size_t>(p.offset), static_cast<size_t>(p.info.numel()));
+  return std::span<float>(values_).subspan(static_cast<size_t>(p.offset),
+                                           static_cast<size_t>(p.info.numel()));
 }
 
 std::span<const float> ParameterSet::value(int i) const {
@@ -60,6 +61,8 @@ std::span<const float> ParameterSet::grad(int i) const {
                                                 static_cast<size_t>(p.info.numel()));
 }
 
-void ParameterSet::zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+void ParameterSet::zero_grads() {
+  std::fill(grads_.begin(), grads_.end(), 0.0f);
+}
 
 }  // namespace fp4

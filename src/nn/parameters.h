@@ -28,7 +28,7 @@ class ParameterSet {
 
   int size() const { return static_cast<int>(params_.size()); }
   const Parameter& at(int i) const { return params_[static_cast<size_t>(i)]; }
-  int find(const std::string& name) const;  // -1 when absent
+  int find(const std::string& name) const;     // -1 when absent
   int require(const std::string& name) const;  // throws fp4::Error naming the unknown parameter
 
   std::span<float> value(int i);

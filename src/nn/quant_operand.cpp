@@ -23,7 +23,8 @@ QuantOperand::QuantOperand(const float* src, int64_t rows, int64_t cols, const Q
   if (spec.rht_n > 0) {
     FP4_CHECK(cols % spec.rht_n == 0, what, ": RHT", spec.rht_n, " needs the reduction dimension (", cols,
               ") to be a multiple of ", spec.rht_n);
-    for (int64_t i = 0; i < rows * cols; i += spec.rht_n) rht_segment_n(&dense_[static_cast<size_t>(i)], rnd.signs);
+    for (int64_t i = 0; i < rows * cols; i += spec.rht_n)
+      rht_segment_n(&dense_[static_cast<size_t>(i)], rnd.signs);
   }
 }
 

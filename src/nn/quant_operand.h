@@ -14,8 +14,8 @@ class QuantOperand {
  public:
   QuantOperand() = default;
   // src [rows x cols], quantized/transformed along cols.
-  QuantOperand(const float* src, int64_t rows, int64_t cols, const QuantSpec& spec, const QuantRandomness& rnd,
-               const char* what);
+  QuantOperand(const float* src, int64_t rows, int64_t cols, const QuantSpec& spec,
+               const QuantRandomness& rnd, const char* what);
 
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }

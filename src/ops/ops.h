@@ -54,7 +54,7 @@ void swiglu_backward(float* dgu, const float* dout, const float* gu, int n, int 
 // ---- elementwise ----
 void add(float* out, const float* a, const float* b, int64_t n);  // out may alias a or b
 void scale(float* x, int64_t n, float s);
-double sum_squares(const float* x, int64_t n);  // accumulated in double
+double sum_squares(const float* x, int64_t n);       // accumulated in double
 int64_t first_nonfinite(const float* x, int64_t n);  // index of the first NaN/Inf, or -1
 
 // ---- cross-entropy with z-loss over the real vocabulary ----

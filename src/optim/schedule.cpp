@@ -9,14 +9,16 @@ namespace fp4 {
 
 double lr_at(const LrSchedule& s, int64_t step) {
   FP4_CHECK(step >= 0, "lr schedule: negative step ", step);
-  if (step < s.warmup_steps) return s.peak_lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
+  if (step < s.warmup_steps)
+    return s.peak_lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
   const double floor = s.final_ratio * s.peak_lr;
   switch (s.kind) {
     case ScheduleKind::kConstant:
       return s.peak_lr;
     case ScheduleKind::kCosine: {
       if (step >= s.total_steps) return floor;
-      const double p = static_cast<double>(step - s.warmup_steps) / static_cast<double>(s.total_steps - s.warmup_steps);
+      const double p =
+          static_cast<double>(step - s.warmup_steps) / static_cast<double>(s.total_steps - s.warmup_steps);
       return floor + (s.peak_lr - floor) * 0.5 * (1.0 + std::cos(std::numbers::pi * p));
     }
     case ScheduleKind::kWsd: {
@@ -32,8 +34,8 @@ double lr_at(const LrSchedule& s, int64_t step) {
 }
 
 void validate(const LrSchedule& s) {
-  FP4_CHECK(std::isfinite(s.peak_lr) && s.peak_lr >= 0.0, "lr schedule: peak_lr must be finite and >= 0, got ",
-            s.peak_lr);
+  FP4_CHECK(std::isfinite(s.peak_lr) && s.peak_lr >= 0.0,
+            "lr schedule: peak_lr must be finite and >= 0, got ", s.peak_lr);
   FP4_CHECK(s.warmup_steps >= 0, "lr schedule: warmup_steps must be >= 0, got ", s.warmup_steps);
   FP4_CHECK(s.final_ratio >= 0.0 && s.final_ratio <= 1.0, "lr schedule: final_ratio must be in [0, 1], got ",
             s.final_ratio);
@@ -49,14 +51,19 @@ void validate(const LrSchedule& s) {
 
 std::string to_string(ScheduleKind kind) {
   switch (kind) {
-    case ScheduleKind::kConstant: return "constant";
-    case ScheduleKind::kCosine: return "cosine";
-    case ScheduleKind::kWsd: return "wsd";
+    case ScheduleKind::kConstant:
+      return "constant";
+    case ScheduleKind::kCosine:
+      return "cosine";
+    case ScheduleKind::kWsd:
+      return "wsd";
   }
   return "?";
 }
 
-std::string to_string(DecayShape shape) { return shape == DecayShape::kLinear ? "linear" : "1-sqrt"; }
+std::string to_string(DecayShape shape) {
+  return shape == DecayShape::kLinear ? "linear" : "1-sqrt";
+}
 
 ScheduleKind parse_schedule_kind(const std::string& s, const std::string& field) {
   if (s == "constant") return ScheduleKind::kConstant;

@@ -19,9 +19,9 @@ struct LrSchedule {
   ScheduleKind kind = ScheduleKind::kCosine;
   double peak_lr = 1e-3;
   int64_t warmup_steps = 0;
-  int64_t total_steps = 0;   // cosine and wsd: the step at which the floor is reached
-  double final_ratio = 0.1;  // floor / peak
-  int64_t decay_steps = 0;   // wsd only
+  int64_t total_steps = 0;                       // cosine and wsd: the step at which the floor is reached
+  double final_ratio = 0.1;                      // floor / peak
+  int64_t decay_steps = 0;                       // wsd only
   DecayShape decay_shape = DecayShape::kLinear;  // wsd only
 };
 

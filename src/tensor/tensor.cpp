@@ -22,7 +22,9 @@ void Tensor::resize(std::vector<int64_t> shape) {
   data_.resize(static_cast<size_t>(n));
 }
 
-void Tensor::zero() { std::fill(data_.begin(), data_.end(), 0.0f); }
+void Tensor::zero() {
+  std::fill(data_.begin(), data_.end(), 0.0f);
+}
 
 int64_t Tensor::dim(int i) const {
   FP4_CHECK(i >= 0 && i < static_cast<int>(shape_.size()), "tensor of shape ", shape_string(), " has no dim ",
@@ -30,6 +32,8 @@ int64_t Tensor::dim(int i) const {
   return shape_[static_cast<size_t>(i)];
 }
 
-std::string Tensor::shape_string() const { return fp4::shape_string(shape_); }
+std::string Tensor::shape_string() const {
+  return fp4::shape_string(shape_);
+}
 
 }  // namespace fp4

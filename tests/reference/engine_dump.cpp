@@ -28,7 +28,8 @@ struct Tensor8 {
 };
 
 template <typename T>
-Tensor8 make_tensor(std::string name, const char* dtype, std::vector<int64_t> shape, const std::vector<T>& v) {
+Tensor8 make_tensor(std::string name, const char* dtype, std::vector<int64_t> shape,
+                    const std::vector<T>& v) {
   Tensor8 t{std::move(name), dtype, std::move(shape), std::vector<uint8_t>(v.size() * sizeof(T))};
   std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
   return t;
@@ -39,7 +40,8 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
   nlohmann::json header = nlohmann::json::object();
   uint64_t offset = 0;
   for (const auto& t : tensors) {
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
+    header[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
     offset += t.bytes.size();
   }
   std::string h = header.dump();
@@ -49,14 +51,16 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
   const uint64_t n = h.size();
   out.write(reinterpret_cast<const char*>(&n), 8);
   out.write(h.data(), static_cast<std::streamsize>(h.size()));
-  for (const auto& t : tensors) out.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
+  for (const auto& t : tensors)
+    out.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
   FP4_CHECK(out.good(), "engine_dump: write to ", path.string(), " failed");
 }
 
 Batch random_batch(std::mt19937& rng, const ModelConfig& cfg, int b, int t) {
   std::uniform_int_distribution<int> tok(0, cfg.vocab_real - 1);
   std::bernoulli_distribution ignored(0.15);
-  Batch batch{b, t, std::vector<int32_t>(static_cast<size_t>(b) * t), std::vector<int32_t>(static_cast<size_t>(b) * t)};
+  Batch batch{b, t, std::vector<int32_t>(static_cast<size_t>(b) * t),
+              std::vector<int32_t>(static_cast<size_t>(b) * t)};
   for (auto& x : batch.tokens) x = tok(rng);
   for (auto& x : batch.targets) x = ignored(rng) ? -1 : tok(rng);
   return batch;
@@ -75,10 +79,15 @@ int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     FP4_CHECK(i + 1 < argc, "engine_dump: ", a, " needs a value");
-    if (a == "--out") out_dir = argv[++i];
-    else if (a == "--seed") seed = std::stoull(argv[++i]);
-    else if (a == "--steps") steps = std::stoi(argv[++i]);
-    else FP4_THROW("engine_dump: unknown argument ", a, " (usage: engine_dump --out DIR [--seed N] [--steps N])");
+    if (a == "--out")
+      out_dir = argv[++i];
+    else if (a == "--seed")
+      seed = std::stoull(argv[++i]);
+    else if (a == "--steps")
+      steps = std::stoi(argv[++i]);
+    else
+      FP4_THROW("engine_dump: unknown argument ", a,
+                " (usage: engine_dump --out DIR [--seed N] [--steps N])");
   }
   FP4_CHECK(!out_dir.empty(), "engine_dump: --out DIR is required");
   FP4_CHECK(steps >= 1, "engine_dump: --steps must be >= 1");
@@ -94,9 +103,11 @@ int run(int argc, char** argv) {
   std::vector<Tensor8> tensors;
   nlohmann::json meta;
   meta["seed"] = seed;
-  meta["config"] = {{"n_layers", cfg.n_layers},     {"d_model", cfg.d_model},       {"n_heads", cfg.n_heads},
-                    {"d_ff", cfg.d_ff},             {"vocab_size", cfg.vocab_size}, {"vocab_real", cfg.vocab_real},
-                    {"rope_theta", cfg.rope_theta}, {"norm_eps", cfg.norm_eps},     {"z_loss", cfg.z_loss}};
+  meta["config"] = {{"n_layers", cfg.n_layers},     {"d_model", cfg.d_model},
+                    {"n_heads", cfg.n_heads},       {"d_ff", cfg.d_ff},
+                    {"vocab_size", cfg.vocab_size}, {"vocab_real", cfg.vocab_real},
+                    {"rope_theta", cfg.rope_theta}, {"norm_eps", cfg.norm_eps},
+                    {"z_loss", cfg.z_loss}};
   for (size_t s = 0; s < batches.size(); ++s)
     for (size_t m = 0; m < batches[s].size(); ++m) {
       const Batch& b = batches[s][m];
@@ -125,23 +136,30 @@ int run(int argc, char** argv) {
   for (int i = 0; i < ps.size(); ++i) {
     const auto& info = ps.at(i).info;
     const auto g = ps.grad(i);
-    tensors.push_back(make_tensor("grad." + info.name, "F32", info.shape, std::vector<float>(g.begin(), g.end())));
+    tensors.push_back(
+        make_tensor("grad." + info.name, "F32", info.shape, std::vector<float>(g.begin(), g.end())));
   }
 
   auto engine = make_cpu_engine(cfg, recipe, seed);
-  for (const auto& p : engine->parameters()) tensors.push_back(make_tensor("init." + p.name, "F32", p.shape, read(*engine, p)));
+  for (const auto& p : engine->parameters())
+    tensors.push_back(make_tensor("init." + p.name, "F32", p.shape, read(*engine, p)));
   LrSchedule sched;
   sched.kind = ScheduleKind::kCosine;
   sched.peak_lr = 5e-3;
   sched.warmup_steps = 2;
   sched.total_steps = steps;
   sched.final_ratio = 0.1;
-  StepHyper hyper;  // AdamW (0.9, 0.95), eps 1e-8, wd 0.1
+  StepHyper hyper;         // AdamW (0.9, 0.95), eps 1e-8, wd 0.1
   hyper.grad_clip = 3.0f;  // between the gradient norms seen (2.4 .. 6.3): some steps clip, some do not
-  meta["hyper"] = {{"beta1", hyper.beta1}, {"beta2", hyper.beta2}, {"eps", hyper.eps},
-                   {"weight_decay", hyper.weight_decay}, {"grad_clip", hyper.grad_clip}};
-  meta["schedule"] = {{"peak_lr", sched.peak_lr}, {"warmup_steps", sched.warmup_steps},
-                      {"total_steps", sched.total_steps}, {"final_ratio", sched.final_ratio}};
+  meta["hyper"] = {{"beta1", hyper.beta1},
+                   {"beta2", hyper.beta2},
+                   {"eps", hyper.eps},
+                   {"weight_decay", hyper.weight_decay},
+                   {"grad_clip", hyper.grad_clip}};
+  meta["schedule"] = {{"peak_lr", sched.peak_lr},
+                      {"warmup_steps", sched.warmup_steps},
+                      {"total_steps", sched.total_steps},
+                      {"final_ratio", sched.final_ratio}};
   meta["steps"] = nlohmann::json::array();
   // The engine's whole state (weights, AdamW moments, step) before each step and after the last, so
   // the reference can also take each step from exactly the engine's state.
@@ -153,11 +171,15 @@ int run(int argc, char** argv) {
     dump_state(s);
     hyper.lr = static_cast<float>(lr_at(sched, s));
     const StepStats st = engine->train_step(batches[static_cast<size_t>(s)], hyper);
-    meta["steps"].push_back({{"lr", hyper.lr}, {"loss", st.loss}, {"ce_loss", st.ce_loss},
-                             {"grad_norm", st.grad_norm}, {"tokens", st.tokens}});
+    meta["steps"].push_back({{"lr", hyper.lr},
+                             {"loss", st.loss},
+                             {"ce_loss", st.ce_loss},
+                             {"grad_norm", st.grad_norm},
+                             {"tokens", st.tokens}});
   }
   dump_state(steps);
-  for (const auto& p : engine->parameters()) tensors.push_back(make_tensor("final." + p.name, "F32", p.shape, read(*engine, p)));
+  for (const auto& p : engine->parameters())
+    tensors.push_back(make_tensor("final." + p.name, "F32", p.shape, read(*engine, p)));
   meta["parameters"] = nlohmann::json::array();
   for (const auto& p : engine->parameters())
     meta["parameters"].push_back({{"name", p.name}, {"shape", p.shape}, {"weight_decay", p.weight_decay}});

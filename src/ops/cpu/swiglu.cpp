@@ -5,7 +5,9 @@
 namespace fp4::cpu {
 
 namespace {
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
 }  // namespace
 
 void swiglu_forward(float* out, const float* gu, int n, int f) {

@@ -30,8 +30,8 @@ std::vector<float> forward(const Inputs& in, std::vector<float>* probs_out = nul
   const Shape& s = in.s;
   std::vector<float> out(static_cast<size_t>(s.b) * s.t * in.width);
   std::vector<float> probs(static_cast<size_t>(s.b) * s.heads * s.t * s.t);
-  cpu::attention_forward(out.data(), in.width, probs.data(), in.q(), in.ld, in.k(), in.ld, in.v(), in.ld, s.b, s.t,
-                         s.heads, s.hd);
+  cpu::attention_forward(out.data(), in.width, probs.data(), in.q(), in.ld, in.k(), in.ld, in.v(), in.ld, s.b,
+                         s.t, s.heads, s.hd);
   if (probs_out) *probs_out = probs;
   return out;
 }
@@ -53,7 +53,8 @@ TEST_P(AttentionTest, ForwardMatchesNaiveCausalSoftmax) {
         for (int j = 0; j <= i; ++j) {
           double d = 0;
           for (int e = 0; e < s.hd; ++e)
-            d += static_cast<double>(in.q()[(b * s.t + i) * in.ld + h * s.hd + e]) * in.k()[(b * s.t + j) * in.ld + h * s.hd + e];
+            d += static_cast<double>(in.q()[(b * s.t + i) * in.ld + h * s.hd + e]) *
+                 in.k()[(b * s.t + j) * in.ld + h * s.hd + e];
           w[j] = d * scale;
           mx = std::max(mx, w[j]);
         }
@@ -94,9 +95,9 @@ TEST_P(AttentionTest, BackwardMatchesFiniteDifferences) {
   const auto r = test::uniform_vector(rng, out.size());
   // Gradients into one [n][ld] buffer laid out like qkv; the padding columns must stay untouched.
   std::vector<float> grad(in.qkv.size(), 7.0f), scratch(static_cast<size_t>(s.t) * s.t);
-  cpu::attention_backward(grad.data(), in.ld, grad.data() + in.width, in.ld, grad.data() + 2 * in.width, in.ld,
-                          scratch.data(), r.data(), in.width, probs.data(), in.q(), in.ld, in.k(), in.ld, in.v(),
-                          in.ld, s.b, s.t, s.heads, s.hd);
+  cpu::attention_backward(grad.data(), in.ld, grad.data() + in.width, in.ld, grad.data() + 2 * in.width,
+                          in.ld, scratch.data(), r.data(), in.width, probs.data(), in.q(), in.ld, in.k(),
+                          in.ld, in.v(), in.ld, s.b, s.t, s.heads, s.hd);
   for (int row = 0; row < s.b * s.t; ++row) {
     EXPECT_EQ(grad[row * in.ld + 3 * in.width], 7.0f);
     EXPECT_EQ(grad[row * in.ld + 3 * in.width + 1], 7.0f);

@@ -27,7 +27,8 @@ ModelConfig small_config() {
 
 Batch random_batch(std::mt19937& rng, const ModelConfig& cfg, int b, int t, int n_ignored = 0) {
   std::uniform_int_distribution<int> tok(0, cfg.vocab_real - 1);
-  Batch batch{b, t, std::vector<int32_t>(static_cast<size_t>(b) * t), std::vector<int32_t>(static_cast<size_t>(b) * t)};
+  Batch batch{b, t, std::vector<int32_t>(static_cast<size_t>(b) * t),
+              std::vector<int32_t>(static_cast<size_t>(b) * t)};
   for (auto& x : batch.tokens) x = tok(rng);
   for (auto& x : batch.targets) x = tok(rng);
   for (int i = 0; i < n_ignored; ++i) batch.targets[static_cast<size_t>(i * 3) % batch.targets.size()] = -1;
@@ -256,10 +257,16 @@ TEST(CpuEngine, BadInputsAreRejectedWithTheirPosition) {
   StepHyper h;
   Batch batch = random_batch(rng, cfg, 2, 4);
   batch.tokens[5] = 64;
-  EXPECT_NE(error_of([&] { e->train_step({&batch, 1}, h); }).find("token 64 at position 5"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              e->train_step({&batch, 1}, h);
+            }).find("token 64 at position 5"),
+            std::string::npos);
   batch = random_batch(rng, cfg, 2, 4);
   batch.targets[6] = 50;
-  EXPECT_NE(error_of([&] { e->train_step({&batch, 1}, h); }).find("target 50 at position 6"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              e->train_step({&batch, 1}, h);
+            }).find("target 50 at position 6"),
+            std::string::npos);
   batch = random_batch(rng, cfg, 1, 17);
   EXPECT_NE(error_of([&] { e->evaluate(batch); }).find("max_seq_len"), std::string::npos);
   batch = random_batch(rng, cfg, 2, 4);
@@ -282,7 +289,8 @@ TEST(CpuEngine, QuantizedRecipesAndOtherOptimizersAreRefused) {
       << msg;
   Recipe root;
   root.optimizer = "root";
-  EXPECT_NE(error_of([&] { make_cpu_engine(small_config(), root, 1); }).find("optimizer 'root'"), std::string::npos);
+  EXPECT_NE(error_of([&] { make_cpu_engine(small_config(), root, 1); }).find("optimizer 'root'"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -28,7 +28,8 @@ TEST_P(CrossEntropyTest, LossMatchesDefinitionOverTheRealVocabulary) {
   std::mt19937 rng(test::fresh_seed());
   const auto logits = test::normal_vector(rng, static_cast<size_t>(c.n) * c.v, 3.0f);
   const auto targets = random_targets(rng, c.n, c.v_real);
-  const auto s = cpu::cross_entropy(nullptr, logits.data(), targets.data(), c.n, c.v, c.v_real, c.z_loss, 1.0f);
+  const auto s =
+      cpu::cross_entropy(nullptr, logits.data(), targets.data(), c.n, c.v, c.v_real, c.z_loss, 1.0f);
   double loss = 0, ce = 0;
   int64_t tokens = 0;
   for (int i = 0; i < c.n; ++i) {
@@ -62,20 +63,22 @@ TEST_P(CrossEntropyTest, GradientMatchesFiniteDifferencesAndIgnoresPaddingAndMas
       }
     }
   auto loss = [&] {
-    return grad_scale * cpu::cross_entropy(nullptr, logits.data(), targets.data(), c.n, c.v, c.v_real, c.z_loss,
-                                           1.0f).loss;
+    return grad_scale *
+           cpu::cross_entropy(nullptr, logits.data(), targets.data(), c.n, c.v, c.v_real, c.z_loss, 1.0f)
+               .loss;
   };
   test::expect_gradient(logits, dlogits, loss, rng, "cross_entropy dlogits", {.max_coords = 200});
 
   // In place (dlogits aliasing logits) gives the same gradient.
   auto inplace = logits;
-  cpu::cross_entropy(inplace.data(), inplace.data(), targets.data(), c.n, c.v, c.v_real, c.z_loss, grad_scale);
+  cpu::cross_entropy(inplace.data(), inplace.data(), targets.data(), c.n, c.v, c.v_real, c.z_loss,
+                     grad_scale);
   for (size_t i = 0; i < inplace.size(); ++i) EXPECT_EQ(inplace[i], dlogits[i]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CrossEntropyTest,
-                         ::testing::Values(Case{1, 4, 4, 0.0f}, Case{6, 11, 11, 1e-5f}, Case{7, 20, 13, 0.05f},
-                                           Case{5, 64, 57, 1e-2f}));
+                         ::testing::Values(Case{1, 4, 4, 0.0f}, Case{6, 11, 11, 1e-5f},
+                                           Case{7, 20, 13, 0.05f}, Case{5, 64, 57, 1e-2f}));
 
 TEST(CrossEntropy, LargeLogitsStayFinite) {
   std::vector<float> logits = {1000.0f, -1000.0f, 999.0f, 0.0f};

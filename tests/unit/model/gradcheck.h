@@ -62,7 +62,8 @@ inline void expect_gradient(std::span<float> x, std::span<const float> analytic_
     // Three quarters of the checks go to coordinates with a non-zero gradient (sparse gradients such
     // as an embedding's), the rest are drawn from all coordinates (zeros included).
     std::shuffle(idx.begin(), idx.end(), rng);
-    const auto mid = std::stable_partition(idx.begin(), idx.end(), [&](size_t i) { return analytic[i] != 0.0f; });
+    const auto mid =
+        std::stable_partition(idx.begin(), idx.end(), [&](size_t i) { return analytic[i] != 0.0f; });
     const size_t nonzero = static_cast<size_t>(mid - idx.begin());
     const size_t take = std::min(nonzero, static_cast<size_t>(opt.max_coords) * 3 / 4);
     std::shuffle(idx.begin() + static_cast<std::ptrdiff_t>(take), idx.end(), rng);
@@ -88,8 +89,8 @@ inline void expect_gradient(std::span<float> x, std::span<const float> analytic_
         << what << " coordinate " << i << ": finite difference " << fd << " vs analytic " << a;
   }
   ASSERT_GT(den, 0.0) << what << ": the analytic gradient is zero on every checked coordinate";
-  EXPECT_LE(std::sqrt(num / den), opt.norm_tol) << what << ": norm-wise relative error over " << idx.size()
-                                                << " coordinates";
+  EXPECT_LE(std::sqrt(num / den), opt.norm_tol)
+      << what << ": norm-wise relative error over " << idx.size() << " coordinates";
 }
 
 }  // namespace fp4::test

@@ -80,7 +80,8 @@ TEST(Linear, QuantizedPolicyNeedsTheNvfp4Path) {
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("linear blocks.0.attn.wqkv: recipe tetrajet-v2 needs the NVFP4 linear path"), std::string::npos)
+    EXPECT_NE(msg.find("linear blocks.0.attn.wqkv: recipe tetrajet-v2 needs the NVFP4 linear path"),
+              std::string::npos)
         << msg;
     EXPECT_NE(msg.find("Q1 X, Q3 dY"), std::string::npos) << msg;
   }

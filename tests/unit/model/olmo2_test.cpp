@@ -57,7 +57,8 @@ TEST(Olmo2Model, GradientMatchesFiniteDifferences) {
   for (int i = 0; i < ps.size(); ++i) {
     const auto& p = ps.at(i);
     const std::span<const float> g(grads.data() + p.offset, static_cast<size_t>(p.info.numel()));
-    test::expect_gradient(ps.value(i), g, loss, rng, p.info.name, {.max_coords = 8, .step = 3e-3, .norm_tol = 2e-2});
+    test::expect_gradient(ps.value(i), g, loss, rng, p.info.name,
+                          {.max_coords = 8, .step = 3e-3, .norm_tol = 2e-2});
   }
 }
 
@@ -67,8 +68,8 @@ TEST(Olmo2Model, ParameterOrderAndWeightDecayFlags) {
   const auto& ps = model.params();
   std::vector<std::string> names;
   for (int i = 0; i < ps.size(); ++i) names.push_back(ps.at(i).info.name);
-  const std::vector<std::string> want_block = {"attn.wqkv", "attn.q_norm", "attn.k_norm", "attn.wo",
-                                               "attn_norm", "mlp.w_gate_up", "mlp.w_down", "mlp_norm"};
+  const std::vector<std::string> want_block = {"attn.wqkv", "attn.q_norm",   "attn.k_norm", "attn.wo",
+                                               "attn_norm", "mlp.w_gate_up", "mlp.w_down",  "mlp_norm"};
   ASSERT_EQ(names.size(), 1 + 2 * want_block.size() + 2);
   EXPECT_EQ(names.front(), "embed");
   for (int l = 0; l < 2; ++l)

@@ -40,14 +40,15 @@ TEST_P(RmsNormTest, ForwardMatchesDefinitionAndBackwardMatchesFiniteDifferences)
     const double rs = 1.0 / std::sqrt(ms / cs.c + cs.eps);
     EXPECT_NEAR(rstd[i], rs, 1e-6 * rs);
     for (int j = 0; j < cs.c; ++j)
-      EXPECT_NEAR(out[i * cs.ldo + j], x[i * cs.ldx + j] * rs * w[j], 1e-5 * (1 + std::fabs(x[i * cs.ldx + j] * rs)));
+      EXPECT_NEAR(out[i * cs.ldo + j], x[i * cs.ldx + j] * rs * w[j],
+                  1e-5 * (1 + std::fabs(x[i * cs.ldx + j] * rs)));
   }
 
   // dx lands in a buffer with stride ldx; columns beyond c must stay untouched.
   const float kSentinel = 12345.0f;
   std::vector<float> dx(x.size(), kSentinel), dw(w.size(), 0.0f);
-  cpu::rmsnorm_backward(dx.data(), cs.ldx, dw.data(), r.data(), cs.ldo, x.data(), cs.ldx, w.data(), rstd.data(),
-                        cs.n, cs.c, false);
+  cpu::rmsnorm_backward(dx.data(), cs.ldx, dw.data(), r.data(), cs.ldo, x.data(), cs.ldx, w.data(),
+                        rstd.data(), cs.n, cs.c, false);
   for (int i = 0; i < cs.n; ++i)
     for (int j = cs.c; j < cs.ldx; ++j) EXPECT_EQ(dx[i * cs.ldx + j], kSentinel);
   // The check perturbs x through a compact copy of the used columns.

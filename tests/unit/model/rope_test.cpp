@@ -34,7 +34,8 @@ TEST(Rope, ForwardMatchesRotateHalfDefinition) {
         EXPECT_NEAR(x[row * p.ld + h * p.hd + i], a * std::cos(ang) - bb * std::sin(ang), 1e-5);
         EXPECT_NEAR(x[row * p.ld + h * p.hd + i + half], bb * std::cos(ang) + a * std::sin(ang), 1e-5);
       }
-    for (int j = p.heads * p.hd; j < p.ld; ++j) EXPECT_EQ(x[row * p.ld + j], x0[row * p.ld + j]);  // untouched
+    for (int j = p.heads * p.hd; j < p.ld; ++j)
+      EXPECT_EQ(x[row * p.ld + j], x0[row * p.ld + j]);  // untouched
   }
 }
 

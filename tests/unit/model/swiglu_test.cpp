@@ -10,9 +10,9 @@ TEST(SwiGlu, ForwardMatchesDefinition) {
   std::mt19937 rng(test::fresh_seed());
   const int n = 6, f = 10;
   auto gu = test::normal_vector(rng, static_cast<size_t>(n) * 2 * f, 3.0f);
-  gu[0] = 0.0f;     // silu(0) = 0
-  gu[1] = -40.0f;   // saturated negative gate
-  gu[2] = 40.0f;    // saturated positive gate: silu(g) ~ g
+  gu[0] = 0.0f;    // silu(0) = 0
+  gu[1] = -40.0f;  // saturated negative gate
+  gu[2] = 40.0f;   // saturated positive gate: silu(g) ~ g
   std::vector<float> out(static_cast<size_t>(n) * f);
   cpu::swiglu_forward(out.data(), gu.data(), n, f);
   for (int i = 0; i < n; ++i)
