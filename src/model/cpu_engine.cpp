@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <map>
 
 #include "core/error.h"
@@ -48,10 +49,16 @@ class CpuEngine final : public TrainingEngine {
   CpuEngine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed)
       : model_(cfg, checked(recipe)), adam_(model_.params()) {
     model_.init_parameters(seed);
+    static const bool advised = [] {  // once per process
+      const std::string advice = cpu::blas_advice();
+      if (!advice.empty()) std::cerr << "fp4train: " << advice << "\n";
+      return true;
+    }();
+    (void)advised;
   }
 
   const ModelConfig& config() const override { return model_.config(); }
-  std::string device_name() const override { return "cpu"; }
+  std::string device_name() const override { return "cpu (" + cpu::blas_description() + ")"; }
 
   StepStats train_step(std::span<const Batch> micro_batches, const StepHyper& hyper) override {
     const int64_t step = adam_.step_count() + 1;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace fp4::cpu {
 
@@ -12,6 +13,12 @@ namespace fp4::cpu {
 // C[m,n] = alpha * op(A) op(B) + beta * C, op(X) = X^T when trans_x. op(A) is [m,k], op(B) is [k,n].
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
           const float* b, int ldb, float beta, float* c, int ldc);
+
+// The BLAS behind gemm, e.g. "OpenBLAS SkylakeX, 2 threads".
+std::string blas_description();
+// Advice when OpenBLAS did not recognise this CPU and fell back to its generic SSE3 kernels although
+// the CPU has AVX2 (about 2.5x slower GEMMs); empty otherwise.
+std::string blas_advice();
 
 // ---- token embedding ----
 // out[i,:] = table[tokens[i],:]; backward adds dout[i,:] into dtable[tokens[i],:].

@@ -1,5 +1,7 @@
 #include <cblas.h>
 
+#include <string>
+
 #include "ops/ops.h"
 
 namespace fp4::cpu {
@@ -9,6 +11,26 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
   if (m == 0 || n == 0) return;
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n,
               k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+std::string blas_description() {
+  return std::string("OpenBLAS ") + openblas_get_corename() + ", " +
+         std::to_string(openblas_get_num_threads()) +
+         (openblas_get_num_threads() == 1 ? " thread" : " threads");
+}
+
+std::string blas_advice() {
+#if defined(__x86_64__) || defined(__i386__)
+  const std::string core = openblas_get_corename();
+  if (core != "Prescott" && core != "Core2" && core != "Nehalem") return "";
+  if (__builtin_cpu_supports("avx512f"))
+    return "OpenBLAS uses its generic " + core +
+           " kernels on this CPU: set OPENBLAS_CORETYPE=SkylakeX before starting for ~2.5x faster CPU GEMMs";
+  if (__builtin_cpu_supports("avx2"))
+    return "OpenBLAS uses its generic " + core +
+           " kernels on this CPU: set OPENBLAS_CORETYPE=Haswell before starting for faster CPU GEMMs";
+#endif
+  return "";
 }
 
 }  // namespace fp4::cpu
