@@ -1,6 +1,6 @@
 // Backward kernels of the fused causal attention (FlashAttention-2 schedule), templated on the head size kD,
-// the warp count kWarps (each warp owns 16 keys, so a CTA owns kBlockN = 16*kWarps keys) and the query
-// tile height kBlockM.
+// the warp count kWarps (each warp owns 16 keys, so a CTA owns kBlockN = 16*kWarps keys), the query
+// tile height kBlockM and kMinBlocks, the CTAs per SM the register allocation must allow.
 //
 // 1. attention_bwd_delta_kernel: Delta = rowsum(dO * O) in FP32, [B][H][T].
 // 2. attention_bwd_kernel: one CTA per (key tile, batch*head). K and V stay in shared memory; query tiles
@@ -173,8 +173,8 @@ __device__ __forceinline__ void bwd_dq(float* dq_accum, const bf16* ds_tile, con
 }
 
 // Grid: x = batch*head, y = key tile (tile 0, with the most query tiles, first).
-template <int kD, int kWarps, int kBlockM>
-__global__ void __launch_bounds__(32 * kWarps) attention_bwd_kernel(const BwdParams p) {
+template <int kD, int kWarps, int kBlockM, int kMinBlocks>
+__global__ void __launch_bounds__(32 * kWarps, kMinBlocks) attention_bwd_kernel(const BwdParams p) {
   using Tile = BwdTile<kD, kWarps, kBlockM>;
   constexpr int kStride = Tile::kStride, kBlockN = Tile::kBlockN, kThreads = Tile::kThreads;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -364,7 +364,7 @@ inline BwdArgs make_bwd_args(const bf16* q, const bf16* k, const bf16* v, int ld
 
 // The whole backward for one tile configuration: zero dq_accum, Delta, the main kernel, dq conversion.
 // Stream-ordered, no synchronization; every launch is checked.
-template <int kD, int kWarps, int kBlockM>
+template <int kD, int kWarps, int kBlockM, int kMinBlocks>
 void launch_attention_backward(const BwdArgs& a, cudaStream_t stream) {
   using Tile = BwdTile<kD, kWarps, kBlockM>;
   const BwdParams& p = a.p;
@@ -377,7 +377,7 @@ void launch_attention_backward(const BwdArgs& a, cudaStream_t stream) {
       a.out, p.dout, p.ld_out, a.delta, p.B, p.T, p.H);
   FP4_CUDA_CHECK_LAUNCH("attention_bwd_delta_kernel");
 
-  const auto kernel = attention_bwd_kernel<kD, kWarps, kBlockM>;
+  const auto kernel = attention_bwd_kernel<kD, kWarps, kBlockM, kMinBlocks>;
   FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + Tile::kBlockN - 1) / Tile::kBlockN));
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);

@@ -1,5 +1,6 @@
-// Forward kernel of the fused causal attention (FlashAttention-2 schedule), templated on the head size kD
-// and on kSlices, the number of 16-row query slices each of the four warps owns.
+// Forward kernel of the fused causal attention (FlashAttention-2 schedule), templated on the head size kD,
+// on kSlices, the number of 16-row query slices each of the four warps owns, and on kMinBlocks, the CTAs
+// per SM the register allocation must allow (__launch_bounds__).
 //
 // One CTA per (query tile of kBlockM rows, batch*head). The Q tile stays in registers as mma A fragments;
 // K/V tiles of 64 keys stream through two shared-memory stages (cp.async, the next tile loads while the
@@ -149,8 +150,8 @@ __device__ __forceinline__ void fwd_accumulate_pv(FragC (&o)[kSlices][kD / 8], c
 }
 
 // Grid: x = batch*head, y = query tile, heaviest (last) tiles first so the causal triangle balances.
-template <int kD, int kSlices>
-__global__ void __launch_bounds__(FwdTile<kD, kSlices>::kThreads) attention_fwd_kernel(const FwdParams p) {
+template <int kD, int kSlices, int kMinBlocks>
+__global__ void __launch_bounds__(FwdTile<kD, kSlices>::kThreads, kMinBlocks) attention_fwd_kernel(const FwdParams p) {
   using Tile = FwdTile<kD, kSlices>;
   constexpr int kStride = Tile::kStride, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
   constexpr int kThreads = Tile::kThreads;
@@ -244,10 +245,10 @@ __global__ void __launch_bounds__(FwdTile<kD, kSlices>::kThreads) attention_fwd_
 }
 
 // Launches the forward for one tile configuration (no synchronization; the launch is checked).
-template <int kD, int kSlices>
+template <int kD, int kSlices, int kMinBlocks>
 void launch_attention_forward(const FwdParams& p, cudaStream_t stream) {
   using Tile = FwdTile<kD, kSlices>;
-  const auto kernel = attention_fwd_kernel<kD, kSlices>;
+  const auto kernel = attention_fwd_kernel<kD, kSlices, kMinBlocks>;
   FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + Tile::kBlockM - 1) / Tile::kBlockM));
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);

@@ -67,6 +67,12 @@ const GemmRunner::Plan& GemmRunner::plan(const Key& key) {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
   for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; ++i)
     st = cublasLtMatmulPreferenceSetAttribute(pref, kAlignAttr[i], &align[i], sizeof(align[i]));
+  // A split-K reduction in BF16 (in place or in output type) would round every partial sum: BF16 outputs
+  // only reduce in FP32.
+  if (out == static_cast<int>(GemmOutType::kBF16) && st == CUBLAS_STATUS_SUCCESS) {
+    const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof(mask));
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS)

@@ -1,0 +1,349 @@
+// The fused backward-operand quantizer of TetraJet-v2 (quantize.h's quantize_dual) in one pass over x:
+// a thread block owns a 128 x 128 tile. Phase 1 quantizes the tile's rows (along cols, as
+// quantize_nvfp4 does) and leaves in shared memory either the original values or their dequantized
+// form q * p (FP32, exactly Nvfp4Tensor::value). Phase 2 reads the tile column-wise, so each thread
+// holds 64 consecutive elements of one row of T = x^T, applies the RHT along T's rows, and quantizes
+// them into the [cols x rows] operand. A 128-tall tile holds whole block128 groups and RHT segments of T.
+#include "ops/cuda/quant_common.cuh"
+#include "ops/cuda/quant_launch.cuh"
+
+namespace fp4 {
+namespace {
+
+using qk::Raw16;
+
+constexpr int kThreads = 256;
+constexpr int kTile = 128;
+constexpr int kTileBytes = kTile * kTile * static_cast<int>(sizeof(float));
+constexpr int kRowItems = kTile / (kThreads / 8);  // phase 1: rows per thread (4)
+
+// Float index of tile element (r, c). A row is 32 chunks of 16 bytes; chunk k sits at k ^ ((k >> 2) & 7),
+// so phase 1's row-wise 16-byte stores (8 lanes, one 16-element block each) and phase 2's column-wise
+// 4-byte loads (32 consecutive columns) both touch 32 distinct banks.
+__device__ __forceinline__ int tile_index(int r, int c) {
+  const int k = c >> 2;
+  return r * kTile + ((k ^ ((k >> 2) & 7)) << 2) + (c & 3);
+}
+
+__device__ __forceinline__ void store_tile16(float* tile, int r, int c, const float (&v)[16]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+    *reinterpret_cast<float4*>(tile + tile_index(r, c + 4 * q)) = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+}
+
+// RHT butterflies between two blocks of one thread: lo holds x[j], hi holds x[j + h].
+__device__ __forceinline__ void butterfly_blocks(float (&lo)[16], float (&hi)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const float a = lo[i], b = hi[i];
+    lo[i] = add_rn(a, b);
+    hi[i] = add_rn(a, -b);
+  }
+}
+
+struct DualArgs {
+  const void* x;
+  int64_t rows, cols;
+  qk::Nvfp4Params pr, pc;  // row / column (transposed) operand
+  int rht_r, rht_c;
+  RhtSigns signs_r, signs_c;
+  const float* amax_r;
+  const float* amax_c;
+  Nvfp4DeviceView out_r, out_c;
+  unsigned long long* nonfinite_r;
+  unsigned long long* nonfinite_c;
+  bool aligned;
+  void* dq;
+  bool dq_bf16, dq_apply;
+  float* amax_c_out;  // kAmaxOnly: where the amax of the transformed T goes
+};
+
+// Phase 1: thread = one 16-element block of 4 tile rows (rows s * 32 + warp * 4 + lane / 8); the 8 lanes
+// of a row hold its 128 columns.
+template <QuantIoType T, bool kAmaxOnly>
+__device__ __forceinline__ void dual_rows(const DualArgs& a, float* tile, int64_t r0, int64_t c0, int nr, int nc) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, j = lane & 7, cl = 16 * j;
+  const bool quantize = !kAmaxOnly || a.aligned;  // an amax pre-pass of an original source only copies
+  qk::Nvfp4Params p = a.pr;
+  if (quantize && !p.block128) qk::load_tensor_scale(p, a.amax_r);
+
+  // Loads are issued a batch at a time (32 registers of raw data: 2 FP32 blocks or 4 BF16 blocks).
+  constexpr int kBatch = T == QuantIoType::kF32 ? 2 : 4;
+  unsigned nonfinite = 0;
+#pragma unroll
+  for (int s0 = 0; s0 < kRowItems; s0 += kBatch) {
+    Raw16<T> raw[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int rl = (s0 + b) * 32 + warp * 4 + (lane >> 3);
+      if (rl < nr && cl < nc)
+        qk::load_raw16<T>(a.x, (r0 + rl) * a.cols + c0 + cl, raw[b]);
+      else
+        qk::zero_raw16<T>(raw[b]);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int rl = (s0 + b) * 32 + warp * 4 + (lane >> 3);
+      const bool active = rl < nr && cl < nc;
+      float v[16];
+      qk::convert16<T>(raw[b], v);
+      if (!a.aligned) store_tile16(tile, rl, cl, v);
+      if (!quantize) continue;
+      if (a.rht_r > 0) qk::rht_block16(v, a.signs_r, a.rht_r, c0 + cl);
+      bool bad = false;
+      const float amax16 = amax_finite16(v, bad);
+      nonfinite += qk::count_nonfinite16(v);
+      const int64_t i0 = (r0 + rl) * a.cols + c0 + cl;
+      uint8_t scale;
+      float outer;
+      const uint2 codes = qk::quantize_block16(p, v, amax16, bad, static_cast<uint64_t>(i0), scale, outer);
+      if (!kAmaxOnly && active) {
+        *reinterpret_cast<uint2*>(a.out_r.codes + i0 / 2) = codes;
+        a.out_r.scales[i0 / 16] = scale;
+        if (p.block128 && j == 0) a.out_r.outer[i0 / 128] = outer;
+        if (a.dq != nullptr) {
+          float d[16];
+          qk::decode16(codes, scale, outer, p.block128, a.dq_apply, d);
+          if (a.dq_bf16)
+            qk::store16<QuantIoType::kBF16>(a.dq, i0, d);
+          else
+            qk::store16<QuantIoType::kF32>(a.dq, i0, d);
+        }
+      }
+      if (a.aligned) {
+        float d[16];
+        qk::decode16(codes, scale, outer, p.block128, true, d);
+        if (!active) {
+#pragma unroll
+          for (int i = 0; i < 16; ++i) d[i] = 0.0f;
+        }
+        store_tile16(tile, rl, cl, d);
+      }
+    }
+  }
+  if constexpr (!kAmaxOnly) {
+    if (a.nonfinite_r != nullptr) qk::warp_count_add(nonfinite, a.nonfinite_r);
+    if (!p.block128 && blockIdx.x == 0 && threadIdx.x == 0) a.out_r.outer[0] = p.ts.s_dec;
+  }
+}
+
+// Loads / stores block k (16 consecutive tile rows from hh * 64 + 16 k) of tile column cl.
+__device__ __forceinline__ void load_col16(const float* tile, int hh, int k, int cl, float (&v)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v[i] = tile[tile_index(hh * 64 + 16 * k + i, cl)];
+}
+
+__device__ __forceinline__ void store_col16(float* tile, int hh, int k, int cl, const float (&v)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) tile[tile_index(hh * 64 + 16 * k + i, cl)] = v[i];
+}
+
+// RHT of T's rows (the tile's columns) in place in the tile, for segments of n = 32, 64 or 128 rows:
+// butterflies inside each 16-block, then between this thread's blocks, then (n = 128) between the two
+// halves of the column, which other warps hold. Each column is touched only by its two threads.
+__device__ __forceinline__ void rht_cols_wide(float* tile, const RhtSigns& signs, int n, int64_t r0, int hh, int cl) {
+  float w[4][16];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    load_col16(tile, hh, k, cl, w[k]);
+    qk::rht_local16(w[k], qk::rht_sign_bits16(signs, static_cast<int>((r0 + hh * 64 + 16 * k) % n)));
+  }
+  butterfly_blocks(w[0], w[1]);
+  butterfly_blocks(w[2], w[3]);
+  if (n >= 64) {
+    butterfly_blocks(w[0], w[2]);
+    butterfly_blocks(w[1], w[3]);
+  }
+  if (n >= 128) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) store_col16(tile, hh, k, cl, w[k]);
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const float other = tile[tile_index((1 - hh) * 64 + 16 * k + i, cl)];
+        w[k][i] = hh == 0 ? add_rn(w[k][i], other) : add_rn(other, -w[k][i]);
+      }
+    __syncthreads();  // both halves have read their partner before anything is written back
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    qk::rht_scale16(w[k], n);
+    store_col16(tile, hh, k, cl, w[k]);
+  }
+}
+
+// Phase 2: thread = tile column cl (a row of T), tile rows hh * 64 .. hh * 64 + 63 as 4 blocks of 16.
+// Pass 1 transforms (RHT) and measures each block, leaving the transformed values in the tile; pass 2
+// re-reads them to encode, so only one block is held in registers at a time.
+template <bool kAmaxOnly>
+__device__ __forceinline__ void dual_cols(const DualArgs& a, float* tile, int64_t r0, int64_t c0, int nr, int nc) {
+  __shared__ float half_amax[2][kTile];
+  __shared__ uint32_t warp_max[kThreads / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int hh = warp >> 2, cl = (warp & 3) * 32 + lane;
+  const int n = a.rht_c;
+  if (n > 16) rht_cols_wide(tile, a.signs_c, n, r0, hh, cl);
+
+  float amax16[4];
+  bool bad[4];
+  float m = 0.0f;
+  unsigned nonfinite = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    float v[16];
+    load_col16(tile, hh, k, cl, v);
+    if (n == 16) {
+      qk::rht_local16(v, qk::rht_sign_bits16(a.signs_c, 0));
+      qk::rht_scale16(v, 16);
+      store_col16(tile, hh, k, cl, v);
+    }
+    bad[k] = false;
+    amax16[k] = amax_finite16(v, bad[k]);  // blocks outside the tensor hold zeros
+    m = max_f(m, amax16[k]);
+    nonfinite += qk::count_nonfinite16(v);
+  }
+
+  if constexpr (kAmaxOnly) {
+    const uint32_t wm = qk::warp_max_bits(float_bits(m));
+    if (lane == 0) warp_max[warp] = wm;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint32_t bm = 0;
+#pragma unroll
+      for (int i = 0; i < kThreads / 32; ++i) bm = max(bm, warp_max[i]);
+      atomicMax(reinterpret_cast<unsigned int*>(a.amax_c_out), bm);
+    }
+  } else {
+    qk::Nvfp4Params p = a.pc;
+    if (!p.block128) qk::load_tensor_scale(p, a.amax_c);
+    float outer = p.ts.s_dec;
+    if (p.block128) {  // T's 128-block = both halves of this column
+      half_amax[hh][cl] = m;
+      __syncthreads();
+      outer = nvfp4_block128_outer(max_f(half_amax[0][cl], half_amax[1][cl]), p.four_over_six, p.target);
+    }
+    const int64_t trow = c0 + cl;
+    const bool col_active = cl < nc;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float v[16];
+      load_col16(tile, hh, k, cl, v);
+      const uint8_t scale = p.block128 ? qk::scale_block128_16(p, v, amax16[k], outer, bad[k])
+                                       : qk::scale_tensor16(p, v, amax16[k], bad[k]);
+      const int64_t i0 = trow * a.rows + r0 + hh * 64 + 16 * k;
+      const uint2 codes = qk::encode16(p, v, scale, outer, static_cast<uint64_t>(i0));
+      if (col_active && hh * 64 + 16 * k < nr) {
+        *reinterpret_cast<uint2*>(a.out_c.codes + i0 / 2) = codes;
+        a.out_c.scales[i0 / 16] = scale;
+      }
+    }
+    if (p.block128 && hh == 0 && col_active) a.out_c.outer[(trow * a.rows + r0) / 128] = outer;
+    if (a.nonfinite_c != nullptr) qk::warp_count_add(nonfinite, a.nonfinite_c);
+    if (!p.block128 && blockIdx.x == 0 && threadIdx.x == 0) a.out_c.outer[0] = p.ts.s_dec;
+  }
+}
+
+// Tiles are ordered down the rows first, so neighbouring blocks fill neighbouring bytes of T's rows.
+template <QuantIoType T, bool kAmaxOnly>
+__global__ void __launch_bounds__(kThreads, 2) quantize_dual_kernel(DualArgs a) {
+  extern __shared__ float4 dual_smem[];
+  float* tile = reinterpret_cast<float*>(dual_smem);
+  const int64_t row_tiles = qk::ceil_div(a.rows, kTile);
+  const int64_t r0 = (blockIdx.x % row_tiles) * kTile, c0 = (blockIdx.x / row_tiles) * kTile;
+  const int nr = static_cast<int>(a.rows - r0 < kTile ? a.rows - r0 : kTile);
+  const int nc = static_cast<int>(a.cols - c0 < kTile ? a.cols - c0 : kTile);
+  dual_rows<T, kAmaxOnly>(a, tile, r0, c0, nr, nc);
+  __syncthreads();
+  dual_cols<kAmaxOnly>(a, tile, r0, c0, nr, nc);
+}
+
+template <QuantIoType T, bool kAmaxOnly>
+void launch_dual(const DualArgs& a, unsigned grid, cudaStream_t stream) {
+  auto kernel = quantize_dual_kernel<T, kAmaxOnly>;
+  FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTileBytes));
+  kernel<<<grid, kThreads, kTileBytes, stream>>>(a);
+  FP4_CUDA_CHECK_LAUNCH("quantize_dual_kernel");
+}
+
+template <bool kAmaxOnly>
+void launch_dual(const DeviceInput& x, const DualArgs& a, cudaStream_t stream) {
+  const int64_t tiles = qk::ceil_div(x.rows, kTile) * qk::ceil_div(x.cols, kTile);
+  FP4_CHECK(tiles < (int64_t{1} << 31), "quantize_dual_cuda: tensor [", x.rows, " x ", x.cols,
+            "] is too large for one launch");
+  if (x.dtype == QuantIoType::kF32)
+    launch_dual<QuantIoType::kF32, kAmaxOnly>(a, static_cast<unsigned>(tiles), stream);
+  else
+    launch_dual<QuantIoType::kBF16, kAmaxOnly>(a, static_cast<unsigned>(tiles), stream);
+}
+
+// Checks shared by the quantizer and its amax pre-pass.
+void check_dual_specs(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols, const char* what) {
+  qk::check_input(x, what);
+  qk::check_nvfp4_spec(x.rows, x.cols, rows.spec, rows.rnd, what);
+  qk::check_nvfp4_spec(x.cols, x.rows, cols.spec, cols.rnd, what);
+  FP4_CHECK(rows.spec.block == BlockShape::k1x16 && cols.spec.block == BlockShape::k1x16, what,
+            ": the fused dual quantizer takes 1x16 blocks only (a 16x16 operand quantizes W and W^T to the "
+            "same values: quantize it once with quantize_nvfp4_cuda)");
+}
+
+DualArgs make_dual_args(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols) {
+  DualArgs a{};
+  a.x = x.data;
+  a.rows = x.rows;
+  a.cols = x.cols;
+  a.pr = qk::make_params(rows.spec, rows.rnd);
+  a.pc = qk::make_params(cols.spec, cols.rnd);
+  a.rht_r = rows.spec.rht_n;
+  a.rht_c = cols.spec.rht_n;
+  a.signs_r = rows.rnd.signs;
+  a.signs_c = cols.rnd.signs;
+  a.aligned = cols.spec.source == QuantSource::kAligned;
+  return a;
+}
+
+}  // namespace
+
+void quantize_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols,
+                        const DequantOutput& dequant_rows, cudaStream_t stream) {
+  constexpr const char* kWhat = "quantize_dual_cuda";
+  check_dual_specs(x, rows, cols, kWhat);
+  qk::check_view(rows.out, x.rows, x.cols, rows.spec, "quantize_dual_cuda (row operand)");
+  qk::check_view(cols.out, x.cols, x.rows, cols.spec, "quantize_dual_cuda (column operand)");
+  qk::check_dequant(dequant_rows, kWhat);
+  if (rows.spec.outer == OuterScale::kTensor) qk::check_aligned(rows.amax, 4, kWhat, "row operand amax");
+  if (cols.spec.outer == OuterScale::kTensor) qk::check_aligned(cols.amax, 4, kWhat, "column operand amax");
+  if (rows.nonfinite != nullptr) qk::check_aligned(rows.nonfinite, 8, kWhat, "row non-finite counter");
+  if (cols.nonfinite != nullptr) qk::check_aligned(cols.nonfinite, 8, kWhat, "column non-finite counter");
+
+  DualArgs a = make_dual_args(x, rows, cols);
+  a.amax_r = rows.amax;
+  a.amax_c = cols.amax;
+  a.out_r = rows.out;
+  a.out_c = cols.out;
+  a.nonfinite_r = rows.nonfinite;
+  a.nonfinite_c = cols.nonfinite;
+  a.dq = dequant_rows.data;
+  a.dq_bf16 = dequant_rows.dtype == QuantIoType::kBF16;
+  a.dq_apply = dequant_rows.apply_tensor_scale;
+  launch_dual<false>(x, a, stream);
+}
+
+void amax_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols, float* amax_rows_device,
+                    float* amax_cols_device, cudaStream_t stream) {
+  constexpr const char* kWhat = "amax_dual_cuda";
+  check_dual_specs(x, rows, cols, kWhat);
+  const bool rows_tensor = rows.spec.outer == OuterScale::kTensor;
+  const bool cols_tensor = cols.spec.outer == OuterScale::kTensor;
+  if (rows_tensor) amax_nvfp4_cuda(x, rows.spec, rows.rnd, amax_rows_device, stream);
+  if (!cols_tensor) return;
+  qk::check_aligned(amax_cols_device, 4, kWhat, "column operand amax output");
+  DualArgs a = make_dual_args(x, rows, cols);
+  a.amax_r = amax_rows_device;  // read only when the aligned source needs the row quantization
+  a.amax_c_out = amax_cols_device;
+  FP4_CUDA_CHECK(cudaMemsetAsync(amax_cols_device, 0, sizeof(float), stream));
+  launch_dual<true>(x, a, stream);
+}
+
+}  // namespace fp4
