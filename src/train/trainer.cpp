@@ -65,10 +65,16 @@ Trainer::Trainer(RunConfig cfg, TrainerOptions options)
               " holds no checkpoint to resume from");
   }
 
+  // The engine first: a device this build lacks is reported before any data work.
+  engine_ = make_engine(cfg_, recipe_);
+
   const Manifest train_manifest = ensure_prepared_data(cfg_, [this](const std::string& l) { log(l); });
   check_data_fits(cfg_, train_manifest, cfg_.data.train_dir);
-  if (cfg_.val_dir() != cfg_.data.train_dir)
-    check_data_fits(cfg_, read_manifest(cfg_.val_dir()), cfg_.val_dir());
+  const Manifest val_manifest =
+      cfg_.val_dir() == cfg_.data.train_dir ? train_manifest : read_manifest(cfg_.val_dir());
+  if (cfg_.val_dir() != cfg_.data.train_dir) check_data_fits(cfg_, val_manifest, cfg_.val_dir());
+  FP4_CHECK(val_manifest.val.tokens > 0, cfg_.val_dir(), " has no validation split: prepare it with --val or ",
+            "--val-fraction, or point data.val_dir at a prepared directory that has one");
 
   LoaderOptions lo;
   lo.data = cfg_.data.train_dir;
@@ -84,7 +90,6 @@ Trainer::Trainer(RunConfig cfg, TrainerOptions options)
   vo.max_windows = static_cast<int64_t>(cfg_.train.eval_batches) * cfg_.data.batch;
   val_ = std::make_unique<ValidationLoader>(vo);
 
-  engine_ = make_engine(cfg_, recipe_);
   if (ckpt) {
     restore_engine(*engine_, *ckpt);
     const fs::path trainer_file = ckpt->dir / "trainer.json";

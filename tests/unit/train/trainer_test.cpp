@@ -232,6 +232,13 @@ TEST_F(TrainerTest, MissingDataNamesWhatToRun) {
   c.data.train_text = (tmp_ / "text/train").string();
   c.data.val_text = (tmp_ / "no-val").string();
   EXPECT_THAT(error_of([&] { Trainer t(c, quiet()); }), HasSubstr("no-val is missing"));
+  PrepareOptions o;
+  o.inputs = {tmp_ / "text/train"};
+  o.tokenizer = "bytes";
+  o.out_dir = tmp_ / "train-only";
+  prepare_shards(o);
+  c.data.train_dir = o.out_dir.string();
+  EXPECT_THAT(error_of([&] { Trainer t(c, quiet()); }), HasSubstr("train-only has no validation split"));
 }
 
 TEST_F(TrainerTest, VocabularyMustFitTheModel) {
