@@ -36,14 +36,15 @@ std::pair<std::string, std::string> split_merge(std::string_view line, const std
   auto sp = line.find(' ');
   FP4_CHECK(sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
                 line.find(' ', sp + 1) == std::string_view::npos,
-            where, ": expected two tokens separated by one space, got '", std::string(line.substr(0, 80)), "'");
+            where, ": expected two tokens separated by one space, got '", std::string(line.substr(0, 80)),
+            "'");
   return {std::string(line.substr(0, sp)), std::string(line.substr(sp + 1))};
 }
 
 }  // namespace
 
 std::unique_ptr<BpeTokenizer> BpeTokenizer::from_gpt2_files(const std::filesystem::path& vocab_json,
-                                                           const std::filesystem::path& merges_txt) {
+                                                            const std::filesystem::path& merges_txt) {
   Vocab vocab = vocab_from_object(parse_json(vocab_json), vocab_json.string());
   std::string text = read_whole_file(merges_txt);
   Merges merges;
@@ -69,10 +70,12 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_hf_json(const std::filesystem::
             ": no \"model\" object (is this a Hugging Face tokenizer.json?)");
   const auto& model = j["model"];
   if (model.contains("type") && !model["type"].is_null()) {
-    FP4_CHECK(model["type"] == "BPE", where, ": model.type is ", model["type"].dump(), ", only BPE is supported");
+    FP4_CHECK(model["type"] == "BPE", where, ": model.type is ", model["type"].dump(),
+              ", only BPE is supported");
   }
   FP4_CHECK(model.contains("vocab"), where, ": model.vocab is missing");
-  FP4_CHECK(model.contains("merges") && model["merges"].is_array(), where, ": model.merges is missing or not an array");
+  FP4_CHECK(model.contains("merges") && model["merges"].is_array(), where,
+            ": model.merges is missing or not an array");
   Vocab vocab = vocab_from_object(model["vocab"], where + ": model.vocab");
   // Added tokens (e.g. <|endoftext|> in some files) extend the vocabulary when not already in it.
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {

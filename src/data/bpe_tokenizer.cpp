@@ -61,10 +61,10 @@ BpeTokenizer::BpeTokenizer(const std::vector<std::pair<std::string, int32_t>>& v
     auto ia = by_string.find(a);
     auto ib = by_string.find(b);
     auto im = by_string.find(a + b);
-    FP4_CHECK(ia != by_string.end(), source, ": merge ", r + 1, " (", shown(a), " ", shown(b), "): ",
-              shown(a), " is not in the vocabulary");
-    FP4_CHECK(ib != by_string.end(), source, ": merge ", r + 1, " (", shown(a), " ", shown(b), "): ",
-              shown(b), " is not in the vocabulary");
+    FP4_CHECK(ia != by_string.end(), source, ": merge ", r + 1, " (", shown(a), " ", shown(b),
+              "): ", shown(a), " is not in the vocabulary");
+    FP4_CHECK(ib != by_string.end(), source, ": merge ", r + 1, " (", shown(a), " ", shown(b),
+              "): ", shown(b), " is not in the vocabulary");
     FP4_CHECK(im != by_string.end(), source, ": merge ", r + 1, " (", shown(a), " ", shown(b),
               "): the merged token ", shown(a + b), " is not in the vocabulary");
     // A repeated pair keeps its first (best) rank.

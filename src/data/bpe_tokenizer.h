@@ -64,9 +64,9 @@ class BpeTokenizer final : public Tokenizer {
   };
 
   std::string source_;
-  std::vector<std::string> id_bytes_;            // id -> raw bytes
-  std::array<int32_t, 256> byte_id_{};           // byte -> id of its single-byte token
-  std::unordered_map<uint64_t, Merge> merges_;   // (left id, right id) -> rank and merged id
+  std::vector<std::string> id_bytes_;           // id -> raw bytes
+  std::array<int32_t, 256> byte_id_{};          // byte -> id of its single-byte token
+  std::unordered_map<uint64_t, Merge> merges_;  // (left id, right id) -> rank and merged id
   int32_t eot_ = -1;
   Pretokenizer pretokenizer_;
   mutable std::array<CacheShard, kCacheShards> cache_;

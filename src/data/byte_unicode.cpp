@@ -34,7 +34,9 @@ void append_utf8(std::string& out, char32_t cp) {
 
 }  // namespace
 
-char32_t byte_to_codepoint(uint8_t b) { return kTable[b]; }
+char32_t byte_to_codepoint(uint8_t b) {
+  return kTable[b];
+}
 
 std::optional<uint8_t> codepoint_to_byte(char32_t cp) {
   if (cp < 0x100 && keeps_itself(cp)) return static_cast<uint8_t>(cp);

@@ -16,7 +16,9 @@ uint64_t mix(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
-uint64_t hash3(uint64_t seed, uint64_t epoch, uint64_t i) { return mix(mix(mix(seed) ^ epoch) ^ i); }
+uint64_t hash3(uint64_t seed, uint64_t epoch, uint64_t i) {
+  return mix(mix(mix(seed) ^ epoch) ^ i);
+}
 
 void check_shape(const LoaderOptions& o) {
   FP4_CHECK(o.batch > 0, "data loader: batch must be positive, got ", o.batch);
@@ -47,14 +49,14 @@ void fill_window(const TokenStream& stream, int64_t start, int seq, int row, Bat
 }
 
 nlohmann::json LoaderState::to_json() const {
-  return {{"seed", seed}, {"epoch", epoch}, {"position", position}, {"seq", seq},
-          {"windows", windows}, {"rank", rank}, {"world_size", world_size}};
+  return {{"seed", seed},       {"epoch", epoch}, {"position", position},    {"seq", seq},
+          {"windows", windows}, {"rank", rank},   {"world_size", world_size}};
 }
 
 LoaderState LoaderState::from_json(const nlohmann::json& j) {
   auto need = [&](const char* key) -> const nlohmann::json& {
-    FP4_CHECK(j.is_object() && j.contains(key) && j.at(key).is_number_integer(), "data loader state: field \"",
-              key, "\" is missing or not an integer in ", j.dump());
+    FP4_CHECK(j.is_object() && j.contains(key) && j.at(key).is_number_integer(),
+              "data loader state: field \"", key, "\" is missing or not an integer in ", j.dump());
     return j.at(key);
   };
   LoaderState s;
@@ -69,12 +71,13 @@ LoaderState LoaderState::from_json(const nlohmann::json& j) {
 }
 
 DataLoader::DataLoader(const LoaderOptions& options)
-    : options_((check_shape(options), options)), stream_(options.data, options.split, options.verify_payload) {
+    : options_((check_shape(options), options)),
+      stream_(options.data, options.split, options.verify_payload) {
   windows_ = (stream_.size() - 1) / options_.seq;
   per_rank_ = windows_ / options_.world_size;
   FP4_CHECK(per_rank_ > 0, "data ", options_.data.string(), " (", options_.split, "): ", stream_.size(),
-            " tokens give ", windows_, " windows of ", options_.seq + 1, " tokens, fewer than one per rank (world size ",
-            options_.world_size, ")");
+            " tokens give ", windows_, " windows of ", options_.seq + 1,
+            " tokens, fewer than one per rank (world size ", options_.world_size, ")");
   build_permutation();
 }
 
@@ -83,8 +86,9 @@ void DataLoader::build_permutation() {
   for (int64_t i = 0; i < windows_; ++i) permutation_[i] = i;
   // Fisher-Yates with the counter hash; the modulo bias (< windows / 2^64) is negligible.
   for (int64_t i = windows_ - 1; i > 0; --i) {
-    auto j = static_cast<int64_t>(hash3(options_.seed, static_cast<uint64_t>(epoch_), static_cast<uint64_t>(i)) %
-                                  static_cast<uint64_t>(i + 1));
+    auto j =
+        static_cast<int64_t>(hash3(options_.seed, static_cast<uint64_t>(epoch_), static_cast<uint64_t>(i)) %
+                             static_cast<uint64_t>(i + 1));
     std::swap(permutation_[i], permutation_[j]);
   }
 }
@@ -115,10 +119,11 @@ void DataLoader::restore(const LoaderState& s) {
             options_.seq);
   FP4_CHECK(s.windows == windows_, "data loader: the saved state is for ", s.windows,
             " windows per epoch, the data now gives ", windows_, " (was the data prepared again?)");
-  FP4_CHECK(s.rank == options_.rank && s.world_size == options_.world_size, "data loader: the saved state is for rank ",
-            s.rank, " of ", s.world_size, ", this process is rank ", options_.rank, " of ", options_.world_size);
-  FP4_CHECK(s.epoch >= 0 && s.position >= 0 && s.position <= per_rank_, "data loader: saved position ", s.position,
-            " (epoch ", s.epoch, ") is outside [0, ", per_rank_, "]");
+  FP4_CHECK(s.rank == options_.rank && s.world_size == options_.world_size,
+            "data loader: the saved state is for rank ", s.rank, " of ", s.world_size,
+            ", this process is rank ", options_.rank, " of ", options_.world_size);
+  FP4_CHECK(s.epoch >= 0 && s.position >= 0 && s.position <= per_rank_, "data loader: saved position ",
+            s.position, " (epoch ", s.epoch, ") is outside [0, ", per_rank_, "]");
   // The saved seed wins: resuming reproduces the interrupted run even if the configured seed changed.
   options_.seed = s.seed;
   epoch_ = s.epoch;
@@ -127,7 +132,8 @@ void DataLoader::restore(const LoaderState& s) {
 }
 
 ValidationLoader::ValidationLoader(const LoaderOptions& options)
-    : options_((check_shape(options), options)), stream_(options.data, options.split, options.verify_payload) {
+    : options_((check_shape(options), options)),
+      stream_(options.data, options.split, options.verify_payload) {
   FP4_CHECK(options_.max_windows >= 0, "data loader: max_windows must be >= 0, got ", options_.max_windows);
   windows_ = (stream_.size() - 1) / options_.seq;
   FP4_CHECK(windows_ > 0, "data ", options_.data.string(), " (", options_.split, "): ", stream_.size(),
@@ -137,7 +143,9 @@ ValidationLoader::ValidationLoader(const LoaderOptions& options)
   per_rank_ = options_.max_windows > 0 ? std::min(slice_, options_.max_windows) : slice_;
 }
 
-int64_t ValidationLoader::batches() const { return (per_rank_ + options_.batch - 1) / options_.batch; }
+int64_t ValidationLoader::batches() const {
+  return (per_rank_ + options_.batch - 1) / options_.batch;
+}
 
 bool ValidationLoader::next(Batch& out) {
   int64_t rows = std::min<int64_t>(options_.batch, per_rank_ - position_);
@@ -146,7 +154,8 @@ bool ValidationLoader::next(Batch& out) {
   for (int row = 0; row < rows; ++row) {
     // The k-th visited window of the slice: all of them, or every (slice / per_rank)-th.
     int64_t k = position_++;
-    int64_t in_slice = per_rank_ == slice_ ? k : static_cast<int64_t>((static_cast<__int128>(k) * slice_) / per_rank_);
+    int64_t in_slice =
+        per_rank_ == slice_ ? k : static_cast<int64_t>((static_cast<__int128>(k) * slice_) / per_rank_);
     int64_t w = in_slice * options_.world_size + options_.rank;
     fill_window(stream_, w * options_.seq, options_.seq, row, out);
   }

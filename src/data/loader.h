@@ -5,11 +5,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "data/shard.h"
 #include "model/engine.h"
@@ -37,8 +36,8 @@ class TokenStream {
 struct LoaderOptions {
   std::filesystem::path data;  // prepared directory or its manifest.json
   std::string split = "train";
-  int batch = 1;               // rows per micro-batch
-  int seq = 256;               // tokens per row
+  int batch = 1;  // rows per micro-batch
+  int seq = 256;  // tokens per row
   uint64_t seed = 0;
   int rank = 0;                // this process's slice ...
   int world_size = 1;          // ... of world_size disjoint slices
@@ -78,8 +77,8 @@ class DataLoader {
   // Throws fp4::Error when the state was made for another seq length, data size or rank layout.
   void restore(const LoaderState& state);
 
-  int64_t windows() const { return windows_; }              // whole split, per epoch
-  int64_t windows_per_rank() const { return per_rank_; }    // this rank, per epoch
+  int64_t windows() const { return windows_; }            // whole split, per epoch
+  int64_t windows_per_rank() const { return per_rank_; }  // this rank, per epoch
   int64_t tokens() const { return stream_.size(); }
   int32_t vocab_size() const { return stream_.vocab_size(); }
   const LoaderOptions& options() const { return options_; }

@@ -1,7 +1,6 @@
 #include "data/manifest.h"
 
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"

@@ -10,7 +10,7 @@
 namespace fp4 {
 
 struct ManifestShard {
-  std::string file;          // relative to the manifest's directory
+  std::string file;  // relative to the manifest's directory
   int64_t tokens = 0;
   uint64_t payload_fnv1a = 0;
 };
@@ -18,19 +18,19 @@ struct ManifestShard {
 struct ManifestSplit {
   std::vector<ManifestShard> shards;
   int64_t documents = 0;
-  int64_t bytes = 0;         // input text bytes
-  int64_t tokens = 0;        // end-of-text separators included
+  int64_t bytes = 0;   // input text bytes
+  int64_t tokens = 0;  // end-of-text separators included
 };
 
 struct Manifest {
   int format_version = 1;
-  std::string tokenizer;     // the spec given to load_tokenizer
+  std::string tokenizer;  // the spec given to load_tokenizer
   std::string tokenizer_name;
   int32_t vocab_size = 0;
   int32_t eot_id = 0;
   ManifestSplit train;
   ManifestSplit val;
-  std::vector<std::string> inputs;      // the input files, in the order they were tokenized
+  std::vector<std::string> inputs;  // the input files, in the order they were tokenized
   std::vector<std::string> val_inputs;
 
   const ManifestSplit& split(const std::string& name) const;  // "train" or "val"

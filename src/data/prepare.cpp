@@ -34,7 +34,11 @@ std::string read_document(const fs::path& p) {
 class ShardSink {
  public:
   ShardSink(fs::path dir, std::string prefix, int64_t shard_tokens, int32_t vocab, ManifestSplit& split)
-      : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens), vocab_(vocab), split_(split) {}
+      : dir_(std::move(dir)),
+        prefix_(std::move(prefix)),
+        shard_tokens_(shard_tokens),
+        vocab_(vocab),
+        split_(split) {}
 
   void append(const std::vector<int32_t>& ids) {
     for (size_t i = 0; i < ids.size();) {
@@ -115,7 +119,8 @@ void remove_stale_shards(const fs::path& dir, const std::set<std::string>& keep)
   static const std::regex kShardName(R"((train|val)_\d{6}\.bin)");
   for (const auto& e : fs::directory_iterator(dir)) {
     auto name = e.path().filename().string();
-    if (e.is_regular_file() && std::regex_match(name, kShardName) && !keep.contains(name)) fs::remove(e.path());
+    if (e.is_regular_file() && std::regex_match(name, kShardName) && !keep.contains(name))
+      fs::remove(e.path());
   }
 }
 
@@ -127,7 +132,8 @@ std::vector<fs::path> expand_inputs(const std::vector<fs::path>& inputs) {
     std::error_code ec;
     if (fs::is_directory(in, ec)) {
       std::vector<fs::path> found;
-      for (const auto& e : fs::recursive_directory_iterator(in, fs::directory_options::follow_directory_symlink)) {
+      for (const auto& e :
+           fs::recursive_directory_iterator(in, fs::directory_options::follow_directory_symlink)) {
         if (e.is_regular_file() && is_text_input(e.path())) found.push_back(e.path());
       }
       std::sort(found.begin(), found.end());
@@ -161,7 +167,8 @@ Manifest prepare_shards(const PrepareOptions& o) {
   ShardSink train(o.out_dir, "train", o.shard_tokens, m.vocab_size, m.train);
   ShardSink val(o.out_dir, "val", o.shard_tokens, m.vocab_size, m.val);
 
-  int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads =
+      o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   ThreadPool pool(threads);
   // Chunks in flight, in stream order; the writer takes them from the front, so the output order
   // is the document order whatever the thread count. A bounded window keeps memory flat.
@@ -192,7 +199,8 @@ Manifest prepare_shards(const PrepareOptions& o) {
       while (window.size() >= max_in_flight) drain_one();
       const Tokenizer* tok = tokenizer.get();
       std::string_view chunk = chunks[c];
-      window.push_back({pool.submit([tok, text, chunk] { return tok->encode(chunk); }), d, c + 1 == chunks.size()});
+      window.push_back(
+          {pool.submit([tok, text, chunk] { return tok->encode(chunk); }), d, c + 1 == chunks.size()});
     }
   }
   while (!window.empty()) drain_one();

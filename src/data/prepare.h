@@ -20,10 +20,10 @@ struct PrepareOptions {
   // input documents (chosen by a hash of the file name) goes to validation instead.
   std::vector<std::filesystem::path> val_inputs;
   double val_fraction = 0.0;
-  std::string tokenizer = "bytes";      // a load_tokenizer spec
+  std::string tokenizer = "bytes";  // a load_tokenizer spec
   std::filesystem::path out_dir;
   int64_t shard_tokens = int64_t{1} << 24;  // tokens per shard file (the last one may hold fewer)
-  int threads = 0;                      // 0: std::thread::hardware_concurrency()
+  int threads = 0;                          // 0: std::thread::hardware_concurrency()
   // Large documents are cut into pieces of about this many bytes, only at places where the cut
   // cannot change the GPT-2 pre-tokenization, so the tokens are the same as for the whole file.
   int64_t chunk_bytes = int64_t{1} << 20;

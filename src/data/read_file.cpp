@@ -10,8 +10,7 @@ namespace fp4 {
 
 std::string read_whole_file(const std::filesystem::path& path) {
   std::error_code ec;
-  FP4_CHECK(std::filesystem::is_regular_file(path, ec), "cannot read ", path.string(),
-            ": no such file");
+  FP4_CHECK(std::filesystem::is_regular_file(path, ec), "cannot read ", path.string(), ": no such file");
   std::ifstream in(path, std::ios::binary);
   FP4_CHECK(in.good(), "cannot open ", path.string());
   std::string data;

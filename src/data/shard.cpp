@@ -70,7 +70,8 @@ std::atomic<uint64_t> temp_counter{0};
 
 }  // namespace
 
-ShardHeader write_shard(const std::filesystem::path& path, std::span<const int32_t> tokens, int32_t vocab_size) {
+ShardHeader write_shard(const std::filesystem::path& path, std::span<const int32_t> tokens,
+                        int32_t vocab_size) {
   const std::string name = path.string();
   FP4_CHECK(vocab_size > 0, "shard ", name, ": vocab size must be positive, got ", vocab_size);
   ShardHeader h;
@@ -80,7 +81,8 @@ ShardHeader write_shard(const std::filesystem::path& path, std::span<const int32
   std::vector<uint8_t> payload(tokens.size() * h.token_bytes);
   for (size_t i = 0; i < tokens.size(); ++i) {
     int32_t t = tokens[i];
-    FP4_CHECK(t >= 0 && t < vocab_size, "shard ", name, ": token ", i, " is ", t, ", outside [0, ", vocab_size, ")");
+    FP4_CHECK(t >= 0 && t < vocab_size, "shard ", name, ": token ", i, " is ", t, ", outside [0, ",
+              vocab_size, ")");
     if (h.token_bytes == 2) {
       put<uint16_t>(payload.data() + 2 * i, static_cast<uint16_t>(t));
     } else {
@@ -129,21 +131,24 @@ ShardFile::ShardFile(const std::filesystem::path& path, bool verify_payload) : p
   map_ = static_cast<const uint8_t*>(m);
   map_bytes_ = file_bytes;
   try {
-    FP4_CHECK(std::memcmp(map_, kShardMagic, 8) == 0, "shard ", name, " has the wrong magic (not an fp4train shard)");
+    FP4_CHECK(std::memcmp(map_, kShardMagic, 8) == 0, "shard ", name,
+              " has the wrong magic (not an fp4train shard)");
     header_.version = get<uint32_t>(map_ + 8);
-    FP4_CHECK(header_.version == kShardVersion, "shard ", name, " has unsupported format version ", header_.version,
-              " (this build reads version ", kShardVersion, ")");
-    FP4_CHECK(get<uint64_t>(map_ + 40) == fnv1a64({map_, 40}), "shard ", name, " has a corrupt header (checksum mismatch)");
+    FP4_CHECK(header_.version == kShardVersion, "shard ", name, " has unsupported format version ",
+              header_.version, " (this build reads version ", kShardVersion, ")");
+    FP4_CHECK(get<uint64_t>(map_ + 40) == fnv1a64({map_, 40}), "shard ", name,
+              " has a corrupt header (checksum mismatch)");
     header_.token_bytes = get<uint32_t>(map_ + 12);
     header_.token_count = get<uint64_t>(map_ + 16);
     header_.vocab_size = get<uint32_t>(map_ + 24);
     header_.payload_fnv1a = get<uint64_t>(map_ + 32);
     FP4_CHECK(header_.token_bytes == 2 || header_.token_bytes == 4, "shard ", name, " has token size ",
               header_.token_bytes, " bytes, expected 2 or 4");
-    FP4_CHECK(header_.token_count < (uint64_t{1} << 60), "shard ", name, " has a corrupt header: token count ",
-              header_.token_count, " is impossible");
+    FP4_CHECK(header_.token_count < (uint64_t{1} << 60), "shard ", name,
+              " has a corrupt header: token count ", header_.token_count, " is impossible");
     const uint64_t expected = kShardHeaderBytes + header_.token_count * header_.token_bytes;
-    FP4_CHECK(file_bytes >= expected, "shard ", name, " is truncated: expected ", expected, " bytes, got ", file_bytes);
+    FP4_CHECK(file_bytes >= expected, "shard ", name, " is truncated: expected ", expected, " bytes, got ",
+              file_bytes);
     FP4_CHECK(file_bytes == expected, "shard ", name, " has ", file_bytes - expected,
               " trailing bytes: expected ", expected, " bytes, got ", file_bytes);
     if (verify_payload) {
@@ -152,8 +157,8 @@ ShardFile::ShardFile(const std::filesystem::path& path, bool verify_payload) : p
                 " is corrupt: payload checksum mismatch");
       for (int64_t i = 0; i < size(); ++i) {
         int32_t t = at(i);
-        FP4_CHECK(t >= 0 && static_cast<uint32_t>(t) < header_.vocab_size, "shard ", name, ": token ", i, " is ",
-                  t, ", outside the vocabulary of ", header_.vocab_size);
+        FP4_CHECK(t >= 0 && static_cast<uint32_t>(t) < header_.vocab_size, "shard ", name, ": token ", i,
+                  " is ", t, ", outside the vocabulary of ", header_.vocab_size);
       }
     }
   } catch (...) {
@@ -181,7 +186,9 @@ ShardFile& ShardFile::operator=(ShardFile&& other) noexcept {
   return *this;
 }
 
-ShardFile::~ShardFile() { unmap(); }
+ShardFile::~ShardFile() {
+  unmap();
+}
 
 void ShardFile::unmap() noexcept {
   if (map_ != nullptr) ::munmap(const_cast<uint8_t*>(map_), map_bytes_);
@@ -190,9 +197,11 @@ void ShardFile::unmap() noexcept {
 }
 
 int32_t ShardFile::at(int64_t i) const {
-  FP4_CHECK(i >= 0 && i < size(), "shard ", path_.string(), ": token index ", i, " is outside [0, ", size(), ")");
+  FP4_CHECK(i >= 0 && i < size(), "shard ", path_.string(), ": token index ", i, " is outside [0, ", size(),
+            ")");
   const uint8_t* p = map_ + kShardHeaderBytes + static_cast<size_t>(i) * header_.token_bytes;
-  return header_.token_bytes == 2 ? static_cast<int32_t>(get<uint16_t>(p)) : static_cast<int32_t>(get<uint32_t>(p));
+  return header_.token_bytes == 2 ? static_cast<int32_t>(get<uint16_t>(p))
+                                  : static_cast<int32_t>(get<uint32_t>(p));
 }
 
 void ShardFile::copy(int64_t start, std::span<int32_t> out) const {

@@ -2,7 +2,9 @@
 
 namespace fp4 {
 namespace {
-bool plain(char c) { return c >= 0x21 && c <= 0x7E; }
+bool plain(char c) {
+  return c >= 0x21 && c <= 0x7E;
+}
 }  // namespace
 
 std::vector<std::string_view> split_for_tokenization(std::string_view text, int64_t chunk_bytes) {

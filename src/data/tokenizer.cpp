@@ -10,7 +10,8 @@ namespace fp4 {
 namespace {
 
 // The first of `names` present in dir, or an empty path.
-std::filesystem::path first_present(const std::filesystem::path& dir, std::initializer_list<const char*> names) {
+std::filesystem::path first_present(const std::filesystem::path& dir,
+                                    std::initializer_list<const char*> names) {
   for (const char* n : names) {
     if (std::filesystem::is_regular_file(dir / n)) return dir / n;
   }
@@ -29,8 +30,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
     if (!vocab.empty() && !merges.empty()) return BpeTokenizer::from_gpt2_files(vocab, merges);
     auto hf = first_present(p, {"tokenizer.json"});
     if (!hf.empty()) return BpeTokenizer::from_hf_json(hf);
-    FP4_THROW("tokenizer directory ", spec, " holds neither encoder.json|vocab.json with vocab.bpe|merges.txt",
-              " nor tokenizer.json", vocab.empty() ? "" : " (found the vocabulary but no merges file)",
+    FP4_THROW("tokenizer directory ", spec,
+              " holds neither encoder.json|vocab.json with vocab.bpe|merges.txt", " nor tokenizer.json",
+              vocab.empty() ? "" : " (found the vocabulary but no merges file)",
               merges.empty() ? "" : " (found the merges but no vocabulary file)");
   }
   if (p.extension() == ".json") {
@@ -38,7 +40,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
     return BpeTokenizer::from_hf_json(p);
   }
   FP4_THROW("unknown tokenizer '", spec,
-            "': expected \"bytes\", a directory with GPT-2 files (encoder.json + vocab.bpe), or a tokenizer.json path",
+            "': expected \"bytes\", a directory with GPT-2 files (encoder.json + vocab.bpe), or a "
+            "tokenizer.json path",
             std::filesystem::exists(p, ec) ? "" : " (no such file or directory)");
 }
 

@@ -15,7 +15,8 @@
 
 int main(int argc, char** argv) {
   try {
-    FP4_CHECK(argc >= 3, "usage: tokenize_dump <tokenizer spec> <text file> [--format text|u32] [--out PATH]");
+    FP4_CHECK(argc >= 3,
+              "usage: tokenize_dump <tokenizer spec> <text file> [--format text|u32] [--out PATH]");
     std::string format = "text";
     std::string out_path;
     for (int i = 3; i < argc; ++i) {
@@ -29,7 +30,8 @@ int main(int argc, char** argv) {
         FP4_THROW("tokenize_dump: unknown argument ", a);
       }
     }
-    FP4_CHECK(format == "text" || format == "u32", "tokenize_dump: --format must be text or u32, got ", format);
+    FP4_CHECK(format == "text" || format == "u32", "tokenize_dump: --format must be text or u32, got ",
+              format);
     auto tok = fp4::load_tokenizer(argv[1]);
     std::string text = fp4::read_whole_file(argv[2]);
     auto ids = tok->encode(text);
@@ -50,8 +52,8 @@ int main(int argc, char** argv) {
     }
     out.flush();
     FP4_CHECK(out.good(), "tokenize_dump: cannot write the ids");
-    std::fprintf(stderr, "tokenize_dump: %s: %zu bytes -> %zu tokens (%s)\n", argv[2], text.size(), ids.size(),
-                 tok->name().c_str());
+    std::fprintf(stderr, "tokenize_dump: %s: %zu bytes -> %zu tokens (%s)\n", argv[2], text.size(),
+                 ids.size(), tok->name().c_str());
     if (tok->decode(ids) != text) {
       std::fprintf(stderr, "tokenize_dump: decode(encode(text)) differs from the text\n");
       return 2;

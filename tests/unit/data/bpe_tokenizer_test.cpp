@@ -33,7 +33,8 @@ int32_t id_of(const BpeTokenizer& t, const std::string& bytes) {
 }
 
 // BPE the slow, obvious way: merge the lowest-ranked adjacent pair (leftmost on ties) until none.
-std::vector<std::string> naive_bpe(const std::string& piece, const std::map<std::pair<std::string, std::string>, int>& rank) {
+std::vector<std::string> naive_bpe(const std::string& piece,
+                                   const std::map<std::pair<std::string, std::string>, int>& rank) {
   std::vector<std::string> parts;
   for (char c : piece) parts.emplace_back(1, c);
   for (;;) {
@@ -129,7 +130,8 @@ TEST(BpeTokenizer, RoundTripsRandomBytesIncludingInvalidUtf8) {
   uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  auto t = make({{"t", "h"}, {"th", "e"}, {" ", "the"}, {"\xC3", "\xA9"}, {"\n", "\n"}, {" ", " "}, {"\xFF", "\xFE"}});
+  auto t = make(
+      {{"t", "h"}, {"th", "e"}, {" ", "the"}, {"\xC3", "\xA9"}, {"\n", "\n"}, {" ", " "}, {"\xFF", "\xFE"}});
   for (int i = 0; i < 300; ++i) {
     std::string s = i % 2 ? testing::random_bytes(rng, rng() % 300) : testing::random_text(rng, rng() % 80);
     auto ids = t.encode(s);
@@ -199,7 +201,8 @@ TEST(BpeTokenizer, BadVocabulariesGiveClearErrors) {
   auto missing_byte = h.vocab;
   missing_byte.erase(missing_byte.begin() + 'x');
   for (auto& [tok, id] : missing_byte) id = id > 'x' ? id - 1 : id;
-  EXPECT_NE(error_of([&] { BpeTokenizer(missing_byte, h.merges, "v.json"); }).find("byte 120"), std::string::npos);
+  EXPECT_NE(error_of([&] { BpeTokenizer(missing_byte, h.merges, "v.json"); }).find("byte 120"),
+            std::string::npos);
 
   auto gap = h.vocab;
   gap.back().second = 1000;

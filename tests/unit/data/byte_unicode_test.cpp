@@ -50,10 +50,10 @@ TEST(ByteUnicode, VocabStringsRoundTripRandomBytes) {
 }
 
 TEST(ByteUnicode, RejectsStringsThatStandForNoBytes) {
-  EXPECT_FALSE(vocab_string_to_bytes("a b").has_value());        // a raw space stands for no byte
+  EXPECT_FALSE(vocab_string_to_bytes("a b").has_value());           // a raw space stands for no byte
   EXPECT_FALSE(vocab_string_to_bytes("\xE4\xB8\x80").has_value());  // U+4E00
-  EXPECT_FALSE(vocab_string_to_bytes("\xC4").has_value());        // truncated UTF-8
-  EXPECT_FALSE(vocab_string_to_bytes("\xFF").has_value());        // not UTF-8
+  EXPECT_FALSE(vocab_string_to_bytes("\xC4").has_value());          // truncated UTF-8
+  EXPECT_FALSE(vocab_string_to_bytes("\xFF").has_value());          // not UTF-8
 }
 
 }  // namespace

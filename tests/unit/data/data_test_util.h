@@ -2,6 +2,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -9,7 +10,6 @@
 #include <fstream>
 #include <random>
 #include <string>
-#include <unistd.h>
 #include <utility>
 #include <vector>
 
@@ -52,7 +52,9 @@ inline std::string read_file(const std::filesystem::path& p) {
 }
 
 // A seed that differs on every run, reported with SCOPED_TRACE so a failure can be replayed.
-inline uint64_t fresh_seed() { return (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}(); }
+inline uint64_t fresh_seed() {
+  return (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+}
 
 inline std::string random_bytes(std::mt19937_64& rng, size_t n) {
   std::string s(n, '\0');
@@ -63,8 +65,9 @@ inline std::string random_bytes(std::mt19937_64& rng, size_t n) {
 // Text mixing words, spaces, newlines, digits, punctuation, contractions and multi-byte letters.
 inline std::string random_text(std::mt19937_64& rng, size_t words) {
   static const std::vector<std::string> kParts = {
-      "the", "cat", "dog", "Hello", "world", "'s", "'ll", "'ve", " ", "  ", "\n", "\n\n", "\t", "123", "4",
-      "!", "?!", "...", "(x)", "héllo", "日本", "naïve", "ok", "a", "b", "ab", "abc", "\r\n", " \n", "--"};
+      "the",  "cat",   "dog", "Hello", "world", "'s", "'ll", "'ve",  " ",   "  ",
+      "\n",   "\n\n",  "\t",  "123",   "4",     "!",  "?!",  "...",  "(x)", "héllo",
+      "日本", "naïve", "ok",  "a",     "b",     "ab", "abc", "\r\n", " \n", "--"};
   std::string s;
   for (size_t i = 0; i < words; ++i) {
     s += kParts[rng() % kParts.size()];
@@ -83,7 +86,8 @@ struct HandBpe {
 inline HandBpe make_hand_bpe(const std::vector<std::pair<std::string, std::string>>& raw_merges,
                              bool with_eot = false) {
   HandBpe h;
-  for (int b = 0; b < 256; ++b) h.vocab.emplace_back(bytes_to_vocab_string(std::string(1, static_cast<char>(b))), b);
+  for (int b = 0; b < 256; ++b)
+    h.vocab.emplace_back(bytes_to_vocab_string(std::string(1, static_cast<char>(b))), b);
   std::vector<std::string> have;
   for (const auto& [a, b] : raw_merges) {
     std::string merged = bytes_to_vocab_string(a + b);

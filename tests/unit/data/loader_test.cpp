@@ -30,7 +30,8 @@ class LoaderTest : public ::testing::Test {
     }
     testing::write_file(in_ / "val" / "v.txt", testing::random_bytes(rng, 500));
     PrepareOptions o;
-    o.inputs = {in_ / "d0.txt", in_ / "d1.txt", in_ / "d2.txt", in_ / "d3.txt", in_ / "d4.txt", in_ / "d5.txt"};
+    o.inputs = {in_ / "d0.txt", in_ / "d1.txt", in_ / "d2.txt",
+                in_ / "d3.txt", in_ / "d4.txt", in_ / "d5.txt"};
     o.val_inputs = {in_ / "val"};
     o.out_dir = out_.path();
     o.shard_tokens = 211;
@@ -54,7 +55,8 @@ class LoaderTest : public ::testing::Test {
     for (int64_t w = 0; (w + 1) * b.seq < static_cast<int64_t>(stream_.size()); ++w) {
       bool match = true;
       for (int t = 0; t < b.seq && match; ++t) {
-        match = b.tokens[row * b.seq + t] == stream_[w * b.seq + t] && b.targets[row * b.seq + t] == stream_[w * b.seq + t + 1];
+        match = b.tokens[row * b.seq + t] == stream_[w * b.seq + t] &&
+                b.targets[row * b.seq + t] == stream_[w * b.seq + t + 1];
       }
       if (match) return w;
     }

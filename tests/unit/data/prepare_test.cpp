@@ -26,7 +26,8 @@ struct Corpus {
 
   explicit Corpus(std::mt19937_64& rng, int n = 12) {
     for (int i = 0; i < n; ++i) {
-      std::string name = (i % 3 == 0 ? "sub/" : "") + std::string("doc") + static_cast<char>('a' + i) + ".txt";
+      std::string name =
+          (i % 3 == 0 ? "sub/" : "") + std::string("doc") + static_cast<char>('a' + i) + ".txt";
       std::string text = testing::random_text(rng, 20 + rng() % 600);
       if (i == 4) text.clear();  // an empty document still gets its end-of-text
       docs.emplace_back(name, text);
@@ -112,16 +113,19 @@ TEST(Prepare, OutputDoesNotDependOnThreadsOrChunking) {
   Corpus corpus(rng, 20);
   // A BPE tokenizer in tokenizer.json form, so chunking meets real merges.
   TempDir tokdir;
-  auto h = testing::make_hand_bpe({{"t", "h"}, {"th", "e"}, {" ", "the"}, {"\n", "\n"}, {" ", " "}, {"a", "b"}});
+  auto h =
+      testing::make_hand_bpe({{"t", "h"}, {"th", "e"}, {" ", "the"}, {"\n", "\n"}, {" ", " "}, {"a", "b"}});
   nlohmann::json vocab = nlohmann::json::object();
   for (const auto& [t, id] : h.vocab) vocab[t] = id;
   nlohmann::json merges = nlohmann::json::array();
   for (const auto& [a, b] : h.merges) merges.push_back({a, b});
-  write_file(tokdir / "tokenizer.json", nlohmann::json({{"model", {{"vocab", vocab}, {"merges", merges}}}}).dump());
+  write_file(tokdir / "tokenizer.json",
+             nlohmann::json({{"model", {{"vocab", vocab}, {"merges", merges}}}}).dump());
 
   std::map<std::string, std::string> first;
   int run = 0;
-  for (auto [threads, chunk] : {std::pair{1, int64_t{1} << 20}, std::pair{4, int64_t{16}}, std::pair{2, int64_t{1}}}) {
+  for (auto [threads, chunk] :
+       {std::pair{1, int64_t{1} << 20}, std::pair{4, int64_t{16}}, std::pair{2, int64_t{1}}}) {
     TempDir out;
     PrepareOptions o;
     o.inputs = {corpus.dir.path()};

@@ -48,7 +48,8 @@ TEST(Pretokenizer, WhitespaceRunsLeaveTheLastSpaceToTheNextWord) {
 TEST(Pretokenizer, NumbersPunctuationAndUnicodeClasses) {
   Pretokenizer p;
   EXPECT_EQ(pieces(p, "abc123 456!!? ok"), (V{"abc", "123", " 456", "!!?", " ok"}));
-  EXPECT_EQ(pieces(p, " h\xC3\xA9llo \xE6\x97\xA5\xE6\x9C\xAC"), (V{" h\xC3\xA9llo", " \xE6\x97\xA5\xE6\x9C\xAC"}));
+  EXPECT_EQ(pieces(p, " h\xC3\xA9llo \xE6\x97\xA5\xE6\x9C\xAC"),
+            (V{" h\xC3\xA9llo", " \xE6\x97\xA5\xE6\x9C\xAC"}));
   // Ⅻ (U+216B) is a number (Nl), not a letter.
   EXPECT_EQ(pieces(p, "x\xE2\x85\xAB"), (V{"x", "\xE2\x85\xAB"}));
 }

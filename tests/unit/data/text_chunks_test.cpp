@@ -23,7 +23,8 @@ TEST(TextChunks, PiecesConcatenateAndEncodeLikeTheWholeText) {
   uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  auto h = testing::make_hand_bpe({{"\n", "\n"}, {" ", "\n"}, {"t", "h"}, {"th", "e"}, {" ", " "}, {"a", "\n"}, {"\n", "b"}});
+  auto h = testing::make_hand_bpe(
+      {{"\n", "\n"}, {" ", "\n"}, {"t", "h"}, {"th", "e"}, {" ", " "}, {"a", "\n"}, {"\n", "b"}});
   BpeTokenizer tok(h.vocab, h.merges, "hand-made");
   for (int i = 0; i < 200; ++i) {
     std::string text = testing::random_text(rng, rng() % 400);

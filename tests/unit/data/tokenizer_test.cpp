@@ -27,11 +27,13 @@ std::string error_of(const std::function<void()>& fn) {
   return "";
 }
 
-const std::vector<std::pair<std::string, std::string>> kMerges = {
-    {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {" ", "w"}, {"o", "r"}, {" w", "or"}, {" wor", "ld"}, {"l", "d"}};
+const std::vector<std::pair<std::string, std::string>> kMerges = {{"h", "e"},    {"l", "l"},     {"he", "ll"},
+                                                                  {"hell", "o"}, {" ", "w"},     {"o", "r"},
+                                                                  {" w", "or"},  {" wor", "ld"}, {"l", "d"}};
 
 // Writes encoder.json + vocab.bpe of the hand-made vocabulary into dir.
-testing::HandBpe write_gpt2_files(const std::filesystem::path& dir, const std::string& vocab_name = "encoder.json",
+testing::HandBpe write_gpt2_files(const std::filesystem::path& dir,
+                                  const std::string& vocab_name = "encoder.json",
                                   const std::string& merges_name = "vocab.bpe") {
   auto h = testing::make_hand_bpe(kMerges, /*with_eot=*/true);
   nlohmann::json vocab = nlohmann::json::object();
@@ -61,7 +63,9 @@ nlohmann::json hf_json(const testing::HandBpe& h, bool pair_merges, bool eot_as_
       merges.push_back(a + " " + b);
     }
   }
-  return {{"version", "1.0"}, {"added_tokens", added}, {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  return {{"version", "1.0"},
+          {"added_tokens", added},
+          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
 }
 
 TEST(LoadTokenizer, BytesSpecIsTheByteTokenizer) {
@@ -185,10 +189,12 @@ TEST_F(Gpt2Files, HelloWorld) {
 TEST_F(Gpt2Files, AgreesWithTheReferenceEncoder) {
   EXPECT_EQ(tok_->encode("The quick brown fox jumps over the lazy dog."),
             (Ids{464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290, 13}));
-  EXPECT_EQ(tok_->encode("I'm here, they've  gone!\n\n  ok 123 h\xC3\xA9llo \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E"),
-            (Ids{40, 1101, 994, 11, 484, 1053, 220, 3750, 0, 628, 220, 12876, 17031, 289, 2634, 18798, 10545, 245, 98,
-                 17312, 105, 45739, 252}));
-  EXPECT_EQ(tok_->encode("    indented\tcode();\r\n"), (Ids{220, 220, 220, 773, 4714, 197, 8189, 9783, 201, 198}));
+  EXPECT_EQ(
+      tok_->encode("I'm here, they've  gone!\n\n  ok 123 h\xC3\xA9llo \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E"),
+      (Ids{40,    1101, 994,  11,    484,   1053, 220, 3750,  0,   628,   220, 12876,
+           17031, 289,  2634, 18798, 10545, 245,  98,  17312, 105, 45739, 252}));
+  EXPECT_EQ(tok_->encode("    indented\tcode();\r\n"),
+            (Ids{220, 220, 220, 773, 4714, 197, 8189, 9783, 201, 198}));
   EXPECT_EQ(tok_->encode("<|endoftext|>"), (Ids{27, 91, 437, 1659, 5239, 91, 29}));
 }
 
