@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -82,10 +83,10 @@ TEST(ErrorOrdering, GaussianHeavyTailedAndOutlierChannelData) {
   data["student-t3"] = t3;
   std::vector<float> outl = test::gaussian(g, kRows * kCols);
   std::uniform_int_distribution<int64_t> ch(0, kCols - 1);
-  for (int k = 0; k < 8; ++k) {  // 8 outlier channels (columns) x100
-    const int64_t c = ch(g);
+  std::set<int64_t> channels;  // 8 distinct outlier channels (columns) x100
+  while (channels.size() < 8) channels.insert(ch(g));
+  for (int64_t c : channels)
     for (int64_t r = 0; r < kRows; ++r) outl[r * kCols + c] *= 100.0f;
-  }
   data["outlier-channels"] = outl;
   const char* kDists[] = {"gaussian", "student-t3", "outlier-channels"};
 
