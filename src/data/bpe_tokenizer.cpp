@@ -1,10 +1,12 @@
 #include "data/bpe_tokenizer.h"
 
+#include <cstdio>
 #include <limits>
 #include <queue>
 
 #include "core/error.h"
 #include "data/byte_unicode.h"
+#include "data/fnv1a.h"
 
 namespace fp4 {
 namespace {
@@ -70,6 +72,22 @@ BpeTokenizer::BpeTokenizer(const std::vector<std::pair<std::string, int32_t>>& v
     // A repeated pair keeps its first (best) rank.
     merges_.emplace(pair_key(ia->second, ib->second), Merge{static_cast<int32_t>(r), im->second});
   }
+  name_ = fingerprint(merges);
+}
+
+std::string BpeTokenizer::fingerprint(const std::vector<std::pair<std::string, std::string>>& merges) const {
+  // Over each token's length and bytes in id order, then each merge's two parts in rank order.
+  auto mix = [](uint64_t h, std::string_view s) {
+    const uint64_t n = s.size();
+    h = fnv1a64({reinterpret_cast<const uint8_t*>(&n), sizeof(n)}, h);
+    return fnv1a64({reinterpret_cast<const uint8_t*>(s.data()), s.size()}, h);
+  };
+  uint64_t h = kFnvOffset;
+  for (const auto& bytes : id_bytes_) h = mix(h, bytes);
+  for (const auto& [a, b] : merges) h = mix(mix(h, a), b);
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return "bpe-" + std::to_string(vocab_size()) + "-" + hex;
 }
 
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
@@ -142,14 +160,15 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
 }
 
 std::string BpeTokenizer::token_bytes(int32_t id) const {
-  FP4_CHECK(id >= 0 && id < vocab_size(), name(), ": token id ", id, " is outside [0, ", vocab_size(), ")");
+  FP4_CHECK(id >= 0 && id < vocab_size(), source_, ": token id ", id, " is outside [0, ", vocab_size(), ")");
   return id_bytes_[id];
 }
 
 std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
   std::string out;
   for (int32_t id : ids) {
-    FP4_CHECK(id >= 0 && id < vocab_size(), name(), ": token id ", id, " is outside [0, ", vocab_size(), ")");
+    FP4_CHECK(id >= 0 && id < vocab_size(), source_, ": token id ", id, " is outside [0, ", vocab_size(),
+              ")");
     out += id_bytes_[id];
   }
   return out;

@@ -20,7 +20,7 @@ namespace fp4 {
 class BpeTokenizer final : public Tokenizer {
  public:
   // vocab: vocabulary strings (byte-to-unicode form) and ids; merges: pairs of vocabulary strings
-  // in rank order. `source` names where they came from, for error messages and name(). Every
+  // in rank order. `source` names where they came from, for error messages. Every
   // single-byte token must be in the vocab; each merge's parts and result must be too. The
   // end-of-text token is "<|endoftext|>"; when the vocab lacks it, it gets the id vocab_size.
   BpeTokenizer(const std::vector<std::pair<std::string, int32_t>>& vocab,
@@ -37,7 +37,10 @@ class BpeTokenizer final : public Tokenizer {
   std::string token_bytes(int32_t id) const override;
   int32_t vocab_size() const override { return static_cast<int32_t>(id_bytes_.size()); }
   int32_t eot_id() const override { return eot_; }
-  std::string name() const override { return "bpe:" + source_; }
+  // "bpe-<vocab>-<16 hex digits>": a fingerprint of the vocabulary and merges, so the same files
+  // give the same name wherever they are and however the path is spelled.
+  std::string name() const override { return name_; }
+  const std::string& source() const { return source_; }
 
   // The BPE of one pre-tokenized piece (no cache), appended to out.
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
@@ -47,6 +50,7 @@ class BpeTokenizer final : public Tokenizer {
     int32_t rank;
     int32_t result;
   };
+  std::string fingerprint(const std::vector<std::pair<std::string, std::string>>& merges) const;
   static uint64_t pair_key(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
@@ -64,6 +68,7 @@ class BpeTokenizer final : public Tokenizer {
   };
 
   std::string source_;
+  std::string name_;
   std::vector<std::string> id_bytes_;           // id -> raw bytes
   std::array<int32_t, 256> byte_id_{};          // byte -> id of its single-byte token
   std::unordered_map<uint64_t, Merge> merges_;  // (left id, right id) -> rank and merged id

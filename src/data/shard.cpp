@@ -16,12 +16,6 @@ namespace fp4 {
 
 static_assert(std::endian::native == std::endian::little, "shards are little-endian; add byte swaps here");
 
-uint64_t fnv1a64(std::span<const uint8_t> bytes, uint64_t state) {
-  constexpr uint64_t kPrime = 1099511628211ull;
-  for (uint8_t b : bytes) state = (state ^ b) * kPrime;
-  return state;
-}
-
 namespace {
 
 template <typename T>

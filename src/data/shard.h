@@ -19,6 +19,8 @@
 #include <span>
 #include <vector>
 
+#include "data/fnv1a.h"
+
 namespace fp4 {
 
 inline constexpr char kShardMagic[8] = {'F', 'P', '4', 'T', 'O', 'K', '\0', '\0'};
@@ -32,10 +34,6 @@ struct ShardHeader {
   uint32_t vocab_size = 0;
   uint64_t payload_fnv1a = 0;
 };
-
-// FNV-1a 64-bit over bytes, continuing from `state` (start with kFnvOffset).
-inline constexpr uint64_t kFnvOffset = 14695981039346656037ull;
-uint64_t fnv1a64(std::span<const uint8_t> bytes, uint64_t state = kFnvOffset);
 
 // Writes tokens as a shard, atomically (a temp file beside `path`, then rename): an interrupted
 // write never leaves a partial shard under the final name. Throws fp4::Error naming the path when

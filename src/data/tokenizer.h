@@ -31,7 +31,9 @@ class Tokenizer {
 
   virtual int32_t vocab_size() const = 0;  // every id is < vocab_size(), eot_id() included
   virtual int32_t eot_id() const = 0;      // the document separator
-  virtual std::string name() const = 0;    // "bytes", "gpt2-bpe:<path>", ...
+  // Identifies the tokenizer by content: "bytes", or "bpe-<vocab>-<fingerprint>" for BPE, so two
+  // specs naming the same files (relative vs absolute path, another machine) give the same name.
+  virtual std::string name() const = 0;
 };
 
 // Builds a tokenizer from a spec:

@@ -126,7 +126,14 @@ TEST(LoadTokenizer, HfTokenizerJsonWithBothMergeFormsAgrees) {
     EXPECT_EQ(t->encode(text), ref->encode(text)) << spec;
     EXPECT_EQ(t->eot_id(), ref->eot_id()) << spec;
     EXPECT_EQ(t->vocab_size(), ref->vocab_size()) << spec;
+    EXPECT_EQ(t->name(), ref->name()) << spec;  // same content, same name
   }
+  EXPECT_EQ(ref->name().rfind("bpe-266-", 0), 0u) << ref->name();
+  // The name follows the content: other merges, another name.
+  auto reordered = h;
+  std::swap(reordered.merges[0], reordered.merges[1]);
+  write_file(dir / "reordered.json", hf_json(reordered, true, false).dump());
+  EXPECT_NE(load_tokenizer((dir / "reordered.json").string())->name(), ref->name());
 }
 
 TEST(LoadTokenizer, ErrorsNameTheSpecOrFile) {
