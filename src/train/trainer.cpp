@@ -38,6 +38,7 @@ Trainer::Trainer(RunConfig cfg, TrainerOptions options)
     : cfg_(std::move(cfg)), options_(std::move(options)), run_dir_(cfg_.train.out_dir) {
   validate(cfg_);
   fs::create_directories(run_dir_);
+  lock_ = std::make_unique<RunLock>(run_dir_);
   recipe_ = load_run_recipe(cfg_.recipe);
   recipe_toml_ = to_toml(recipe_);
   schedule_ = make_lr_schedule(cfg_);
@@ -73,7 +74,8 @@ Trainer::Trainer(RunConfig cfg, TrainerOptions options)
   const Manifest val_manifest =
       cfg_.val_dir() == cfg_.data.train_dir ? train_manifest : read_manifest(cfg_.val_dir());
   if (cfg_.val_dir() != cfg_.data.train_dir) check_data_fits(cfg_, val_manifest, cfg_.val_dir());
-  FP4_CHECK(val_manifest.val.tokens > 0, cfg_.val_dir(), " has no validation split: prepare it with --val or ",
+  FP4_CHECK(val_manifest.val.tokens > 0, cfg_.val_dir(),
+            " has no validation split: prepare it with --val or ",
             "--val-fraction, or point data.val_dir at a prepared directory that has one");
 
   LoaderOptions lo;

@@ -17,6 +17,7 @@
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/run_config.h"
+#include "train/run_lock.h"
 
 namespace fp4 {
 
@@ -70,6 +71,7 @@ class Trainer {
   RunConfig cfg_;
   TrainerOptions options_;
   std::filesystem::path run_dir_;
+  std::unique_ptr<RunLock> lock_;
   Recipe recipe_;
   std::string recipe_toml_;
   LrSchedule schedule_;

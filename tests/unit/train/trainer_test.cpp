@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -181,12 +182,15 @@ TEST_F(TrainerTest, NanLossStopsNamingTheStepAndKeepsTheLastCheckpoint) {
   for (const auto& e : fs::directory_iterator(ckpt)) before[e.path().string()] = sha256_file(e.path());
   const std::string latest = read_file(tmp_ / "run/checkpoints/latest");
 
-  Trainer t(config("run", 12), quiet());
-  ASSERT_EQ(t.step(), 5);
-  const auto p = t.engine().parameters().front();
-  std::vector<float> poison(static_cast<size_t>(p.numel()), std::nanf(""));
-  t.engine().write_parameter(p.name, poison);
-  const std::string msg = error_of([&] { t.run(); });
+  std::string msg;
+  {
+    Trainer t(config("run", 12), quiet());
+    ASSERT_EQ(t.step(), 5);
+    const auto p = t.engine().parameters().front();
+    std::vector<float> poison(static_cast<size_t>(p.numel()), std::nanf(""));
+    t.engine().write_parameter(p.name, poison);
+    msg = error_of([&] { t.run(); });
+  }
   EXPECT_THAT(msg, HasSubstr("training stopped at step 6"));
   EXPECT_THAT(msg, HasSubstr("step_000005, is untouched"));
   for (const auto& [path, sha] : before) EXPECT_EQ(sha256_file(path), sha) << path;
@@ -210,6 +214,14 @@ TEST_F(TrainerTest, NanOnAFreshRunSaysNoCheckpointWasWritten) {
   EXPECT_THAT(msg, HasSubstr("training stopped at step 1"));
   EXPECT_THAT(msg, HasSubstr("no checkpoint was written"));
   EXPECT_FALSE(latest_checkpoint(tmp_ / "run"));
+}
+
+TEST_F(TrainerTest, OneTrainerPerRunDirectory) {
+  Trainer first(config("run", 2), quiet());
+  EXPECT_THAT(error_of([&] { Trainer second(config("run", 2), quiet()); }),
+              HasSubstr("another fp4train (pid " + std::to_string(::getpid()) + ") is training in"));
+  Trainer elsewhere(config("other", 2), quiet());
+  EXPECT_EQ(elsewhere.run().step, 2);
 }
 
 TEST_F(TrainerTest, PreparesTextOnFirstUse) {
