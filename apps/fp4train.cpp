@@ -94,8 +94,8 @@ int main(int argc, char** argv) {
       fp4::eval_command(eval);
     else if (app.got_subcommand("sample"))
       fp4::sample_command(sample);
-    else
-      fp4::train_command(train);
+    else if (const auto r = fp4::train_command(train); r.stop_signal != 0)
+      return 128 + r.stop_signal;  // the shell convention for "ended by signal N"
   } catch (const fp4::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -31,6 +31,11 @@ TrainResult train_command(const TrainArgs& args) {
   opts.progress_bar = stderr_is_tty();
   Trainer trainer(run_config_from_args(args), opts);
   const TrainResult r = trainer.run();
+  if (r.stop_signal) {
+    std::printf("stopped at step %lld | checkpoint %s\n", static_cast<long long>(r.step),
+                r.last_checkpoint.string().c_str());
+    return r;
+  }
   std::printf("step %lld | val loss %.4f | val ppl %.3f | run dir %s\n", static_cast<long long>(r.step),
               r.final_eval.loss, r.final_eval.perplexity, r.run_dir.string().c_str());
   return r;

@@ -8,6 +8,7 @@
 #include "train/data_setup.h"
 #include "train/engine_factory.h"
 #include "train/file_io.h"
+#include "train/stop_signal.h"
 
 namespace fp4 {
 namespace fs = std::filesystem;
@@ -196,7 +197,8 @@ TrainResult Trainer::run() {
   std::vector<Batch> micro(static_cast<size_t>(cfg_.data.grad_accum));
   double interval_seconds = 0;
   int64_t interval_tokens = 0;
-  while (step_ < target) {
+  const StopSignalScope signals;
+  while (step_ < target && !StopSignalScope::received()) {
     const auto t0 = std::chrono::steady_clock::now();
     for (auto& b : micro) b = train_->next();
     hyper.lr = static_cast<float>(lr_at(schedule_, step_));
@@ -237,8 +239,16 @@ TrainResult Trainer::run() {
   }
 
   TrainResult result;
-  result.final_eval = evaluate(progress);
-  if (last_saved != step_) save(progress);
+  result.stop_signal = StopSignalScope::received();
+  if (result.stop_signal) {
+    progress.finish();  // keep the bar's last state on its own line
+    if (last_saved != step_) save(progress);
+    progress.message("stopped by signal " + std::to_string(result.stop_signal) + " at step " +
+                     std::to_string(step_) + ": run the same command to resume");
+  } else {
+    result.final_eval = evaluate(progress);
+    if (last_saved != step_) save(progress);
+  }
   progress.finish();
   result.step = step_;
   result.tokens = tokens_;

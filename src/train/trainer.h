@@ -35,6 +35,7 @@ struct TrainResult {
   EvalResult final_eval;
   std::filesystem::path run_dir;
   std::filesystem::path last_checkpoint;  // empty if none was written or found
+  int stop_signal = 0;  // SIGINT/SIGTERM that stopped the run early (checkpoint saved, no final eval), or 0
 };
 
 // The LR schedule of a run config (peak optim.lr over cfg.schedule_steps()).
@@ -53,7 +54,8 @@ class Trainer {
 
   // Trains up to cfg.train.steps, evaluating and checkpointing as configured, then evaluates the
   // validation split and saves a final checkpoint. A non-finite loss throws fp4::Error naming the
-  // step; checkpoints already written are left as they are.
+  // step; checkpoints already written are left as they are. A first SIGINT/SIGTERM stops after the
+  // current step with a checkpoint (TrainResult::stop_signal); a second one ends the process.
   TrainResult run();
 
   TrainingEngine& engine() { return *engine_; }

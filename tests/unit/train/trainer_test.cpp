@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <fstream>
 #include <random>
 
@@ -222,6 +223,30 @@ TEST_F(TrainerTest, OneTrainerPerRunDirectory) {
               HasSubstr("another fp4train (pid " + std::to_string(::getpid()) + ") is training in"));
   Trainer elsewhere(config("other", 2), quiet());
   EXPECT_EQ(elsewhere.run().step, 2);
+}
+
+// A first SIGINT finishes the step, saves a checkpoint and returns; the run resumes from it.
+TEST_F(TrainerTest, SignalStopsAfterTheStepWithACheckpoint) {
+  auto opts = quiet();
+  opts.checkpoint_stage = [](const std::string& stage) {
+    if (stage == "latest") std::raise(SIGINT);  // during the step-5 save
+  };
+  TrainResult r;
+  {
+    Trainer t(config("run", 12), opts);
+    r = t.run();
+  }
+  EXPECT_EQ(r.stop_signal, SIGINT);
+  EXPECT_EQ(r.step, 5);
+  EXPECT_EQ(r.last_checkpoint.filename(), "step_000005");
+  EXPECT_TRUE(records(tmp_ / "run", "eval").size() == 1u);  // the step-4 evaluation only
+  // The handler is gone after run(): the default action is back.
+  struct sigaction now {};
+  sigaction(SIGINT, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
+  Trainer again(config("run", 12), quiet());
+  EXPECT_EQ(again.step(), 5);
+  EXPECT_EQ(again.run().stop_signal, 0);
 }
 
 TEST_F(TrainerTest, PreparesTextOnFirstUse) {
