@@ -4,8 +4,13 @@ if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
   set(CMAKE_CUDA_ARCHITECTURES 90a 100a)
 endif()
 enable_language(CUDA)
-set(CMAKE_CUDA_STANDARD 20)
+# nvcc compiles the project as C++20. CMake 3.25 (Debian 12) knows nvcc's standard flags only up to C++17
+# and would otherwise carry CXX_STANDARD 20 over to CUDA and refuse to configure: ask for "17" and map it to
+# nvcc's -std=c++20.
+set(CMAKE_CUDA_STANDARD 17)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+set(CMAKE_CUDA17_STANDARD_COMPILE_OPTION "-std=c++20")
+set(CMAKE_CUDA17_EXTENSION_COMPILE_OPTION "-std=c++20")
 find_package(CUDAToolkit REQUIRED)
 
 file(GLOB cuda_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/*/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/*/*/cuda/*.cu
