@@ -37,18 +37,30 @@ Args parse(int argc, char** argv) {
     const std::string k = argv[i];
     FP4_CHECK(i + 1 < argc, "engine_dump_cuda: ", k, " needs a value");
     const std::string v = argv[++i];
-    if (k == "--out") a.out = v;
-    else if (k == "--data") a.data = v;
-    else if (k == "--config") a.config = v;
-    else if (k == "--steps") a.steps = std::stoi(v);
-    else if (k == "--micro") a.micro = std::stoi(v);
-    else if (k == "--batch") a.batch = std::stoi(v);
-    else if (k == "--seq") a.seq = std::stoi(v);
-    else if (k == "--seed") a.seed = std::stoull(v);
-    else if (k == "--lr") a.lr = std::stod(v);
-    else if (k == "--warmup") a.warmup = std::stoi(v);
-    else if (k == "--clip") a.clip = std::stof(v);
-    else FP4_THROW("engine_dump_cuda: unknown argument ", k);
+    if (k == "--out")
+      a.out = v;
+    else if (k == "--data")
+      a.data = v;
+    else if (k == "--config")
+      a.config = v;
+    else if (k == "--steps")
+      a.steps = std::stoi(v);
+    else if (k == "--micro")
+      a.micro = std::stoi(v);
+    else if (k == "--batch")
+      a.batch = std::stoi(v);
+    else if (k == "--seq")
+      a.seq = std::stoi(v);
+    else if (k == "--seed")
+      a.seed = std::stoull(v);
+    else if (k == "--lr")
+      a.lr = std::stod(v);
+    else if (k == "--warmup")
+      a.warmup = std::stoi(v);
+    else if (k == "--clip")
+      a.clip = std::stof(v);
+    else
+      FP4_THROW("engine_dump_cuda: unknown argument ", k);
   }
   FP4_CHECK(!a.out.empty() && !a.data.empty(), "engine_dump_cuda: --out and --data are required");
   FP4_CHECK(a.steps > 0 && a.micro > 0 && a.batch > 0 && a.seq > 0,
@@ -65,17 +77,19 @@ std::vector<std::vector<Batch>> read_batches(const Args& a) {
   FP4_CHECK(in.good(), "engine_dump_cuda: cannot open ", a.data);
   std::vector<int32_t> ids(want);
   in.read(reinterpret_cast<char*>(ids.data()), static_cast<std::streamsize>(want * sizeof(int32_t)));
-  FP4_CHECK(static_cast<size_t>(in.gcount()) == want * sizeof(int32_t), "engine_dump_cuda: ", a.data, " holds ",
-            in.gcount(), " bytes, need ", want * sizeof(int32_t), " for ", a.steps, " x ", a.micro, " x ", a.batch,
-            " x ", row, " tokens");
+  FP4_CHECK(static_cast<size_t>(in.gcount()) == want * sizeof(int32_t), "engine_dump_cuda: ", a.data,
+            " holds ", in.gcount(), " bytes, need ", want * sizeof(int32_t), " for ", a.steps, " x ", a.micro,
+            " x ", a.batch, " x ", row, " tokens");
   std::vector<std::vector<Batch>> steps(static_cast<size_t>(a.steps));
   size_t at = 0;
   for (auto& step : steps) {
     for (int m = 0; m < a.micro; ++m) {
       Batch b{a.batch, a.seq, {}, {}};
       for (int r = 0; r < a.batch; ++r, at += row) {
-        b.tokens.insert(b.tokens.end(), ids.begin() + static_cast<int64_t>(at), ids.begin() + static_cast<int64_t>(at + row - 1));
-        b.targets.insert(b.targets.end(), ids.begin() + static_cast<int64_t>(at + 1), ids.begin() + static_cast<int64_t>(at + row));
+        b.tokens.insert(b.tokens.end(), ids.begin() + static_cast<int64_t>(at),
+                        ids.begin() + static_cast<int64_t>(at + row - 1));
+        b.targets.insert(b.targets.end(), ids.begin() + static_cast<int64_t>(at + 1),
+                         ids.begin() + static_cast<int64_t>(at + row));
       }
       step.push_back(std::move(b));
     }
@@ -95,9 +109,15 @@ int run(int argc, char** argv) {
   nlohmann::json meta;
   meta["device"] = engine->device_name();
   meta["seed"] = a.seed;
-  meta["config"] = {{"name", cfg.name},           {"n_layers", cfg.n_layers},     {"d_model", cfg.d_model},
-                    {"n_heads", cfg.n_heads},     {"d_ff", cfg.d_ff},             {"vocab_size", cfg.vocab_size},
-                    {"vocab_real", cfg.vocab_real}, {"rope_theta", cfg.rope_theta}, {"norm_eps", cfg.norm_eps},
+  meta["config"] = {{"name", cfg.name},
+                    {"n_layers", cfg.n_layers},
+                    {"d_model", cfg.d_model},
+                    {"n_heads", cfg.n_heads},
+                    {"d_ff", cfg.d_ff},
+                    {"vocab_size", cfg.vocab_size},
+                    {"vocab_real", cfg.vocab_real},
+                    {"rope_theta", cfg.rope_theta},
+                    {"norm_eps", cfg.norm_eps},
                     {"z_loss", cfg.z_loss}};
   std::vector<StateTensor> tensors;
   meta["parameters"] = nlohmann::json::array();
@@ -108,7 +128,8 @@ int run(int argc, char** argv) {
     meta["parameters"].push_back({{"name", p.name}, {"shape", p.shape}, {"weight_decay", p.weight_decay}});
   }
   const StepStats g = probe->compute_gradients(steps[0]);
-  meta["initial"] = {{"loss", g.loss}, {"ce_loss", g.ce_loss}, {"grad_norm", g.grad_norm}, {"tokens", g.tokens}};
+  meta["initial"] = {
+      {"loss", g.loss}, {"ce_loss", g.ce_loss}, {"grad_norm", g.grad_norm}, {"tokens", g.tokens}};
   for (const auto& p : engine->parameters()) {
     std::vector<float> v(static_cast<size_t>(p.numel()));
     probe->read_gradient(p.name, v);
@@ -125,10 +146,15 @@ int run(int argc, char** argv) {
   validate(sched);
   StepHyper hyper;
   hyper.grad_clip = a.clip;
-  meta["hyper"] = {{"beta1", hyper.beta1}, {"beta2", hyper.beta2}, {"eps", hyper.eps},
-                   {"weight_decay", hyper.weight_decay}, {"grad_clip", hyper.grad_clip}};
-  meta["schedule"] = {{"peak_lr", sched.peak_lr}, {"warmup_steps", sched.warmup_steps},
-                      {"total_steps", sched.total_steps}, {"final_ratio", sched.final_ratio}};
+  meta["hyper"] = {{"beta1", hyper.beta1},
+                   {"beta2", hyper.beta2},
+                   {"eps", hyper.eps},
+                   {"weight_decay", hyper.weight_decay},
+                   {"grad_clip", hyper.grad_clip}};
+  meta["schedule"] = {{"peak_lr", sched.peak_lr},
+                      {"warmup_steps", sched.warmup_steps},
+                      {"total_steps", sched.total_steps},
+                      {"final_ratio", sched.final_ratio}};
   meta["steps"] = nlohmann::json::array();
   using Clock = std::chrono::steady_clock;
   double timed_s = 0;
@@ -142,13 +168,17 @@ int run(int argc, char** argv) {
       timed_s += dt;
       timed_tokens += static_cast<int64_t>(a.micro) * a.batch * a.seq;
     }
-    meta["steps"].push_back({{"lr", hyper.lr}, {"loss", st.loss}, {"ce_loss", st.ce_loss},
-                             {"grad_norm", st.grad_norm}, {"tokens", st.tokens}, {"seconds", dt}});
+    meta["steps"].push_back({{"lr", hyper.lr},
+                             {"loss", st.loss},
+                             {"ce_loss", st.ce_loss},
+                             {"grad_norm", st.grad_norm},
+                             {"tokens", st.tokens},
+                             {"seconds", dt}});
   }
   meta["tokens_per_second"] = timed_s > 0 ? static_cast<double>(timed_tokens) / timed_s : 0.0;
   std::ofstream(std::filesystem::path(a.out) / "dump.json") << meta.dump(1) << "\n";
-  std::cerr << "engine_dump_cuda: " << cfg.name << " on " << engine->device_name() << ", " << a.steps << " steps, "
-            << meta["tokens_per_second"].get<double>() << " tokens/s -> " << a.out << "\n";
+  std::cerr << "engine_dump_cuda: " << cfg.name << " on " << engine->device_name() << ", " << a.steps
+            << " steps, " << meta["tokens_per_second"].get<double>() << " tokens/s -> " << a.out << "\n";
   return 0;
 }
 

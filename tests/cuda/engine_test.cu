@@ -50,7 +50,9 @@ std::vector<float> normal(std::mt19937& rng, size_t n, float std = 1.0f, float m
   return v;
 }
 
-float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
+float round_bf16(float x) {
+  return __bfloat162float(__float2bfloat16(x));
+}
 
 std::vector<float> rounded(std::vector<float> v) {
   for (auto& x : v) x = round_bf16(x);
@@ -98,7 +100,8 @@ template <typename T>
 std::vector<T> columns(const std::vector<T>& m, int rows, int ld, int c0, int w) {
   std::vector<T> out;
   for (int r = 0; r < rows; ++r)
-    out.insert(out.end(), m.begin() + static_cast<int64_t>(r) * ld + c0, m.begin() + static_cast<int64_t>(r) * ld + c0 + w);
+    out.insert(out.end(), m.begin() + static_cast<int64_t>(r) * ld + c0,
+               m.begin() + static_cast<int64_t>(r) * ld + c0 + w);
   return out;
 }
 
@@ -111,7 +114,9 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-int round_up8(int x) { return (x + 7) / 8 * 8; }
+int round_up8(int x) {
+  return (x + 7) / 8 * 8;
+}
 
 // ---------------------------------------------------------------- GEMM
 
@@ -140,7 +145,8 @@ TEST(CudaGemm, MatchesCpuGemmForEveryTransposeAndOutputType) {
         cpu::gemm(ta, tb, s.m, s.n, s.k, alpha, a.data(), lda, b.data(), ldb, beta, want.data(), ldc);
         Dev<bf16> da(to_bf16(a)), db(to_bf16(b));
         Dev<float> dc_in(c_in), dc(std::vector<float>(c_in.size(), 0.0f));
-        runner.gemm(ta, tb, s.m, s.n, s.k, alpha, da.p(), lda, db.p(), ldb, beta, dc.p(), ldc, nullptr, dc_in.p());
+        runner.gemm(ta, tb, s.m, s.n, s.k, alpha, da.p(), lda, db.p(), ldb, beta, dc.p(), ldc, nullptr,
+                    dc_in.p());
         EXPECT_LT(rel_err(columns(dc.get(), s.m, ldc, 0, s.n), columns(want, s.m, ldc, 0, s.n)), 1e-5);
         EXPECT_EQ(dc_in.get(), c_in);  // C_in is only read
 
@@ -148,7 +154,8 @@ TEST(CudaGemm, MatchesCpuGemmForEveryTransposeAndOutputType) {
         cpu::gemm(ta, tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, want0.data(), ldc);
         Dev<bf16> dc16(std::vector<bf16>(c_in.size()));
         runner.gemm(ta, tb, s.m, s.n, s.k, 1.0f, da.p(), lda, db.p(), ldb, 0.0f, dc16.p(), ldc, nullptr);
-        EXPECT_LT(rel_err(columns(to_f32(dc16.get()), s.m, ldc, 0, s.n), columns(want0, s.m, ldc, 0, s.n)), 1e-2);
+        EXPECT_LT(rel_err(columns(to_f32(dc16.get()), s.m, ldc, 0, s.n), columns(want0, s.m, ldc, 0, s.n)),
+                  1e-2);
       }
     }
   }
@@ -160,8 +167,9 @@ TEST(CudaGemm, MatchesCpuGemmForEveryTransposeAndOutputType) {
   runner.gemm(false, true, 64, 64, 64, 1.0f, x.p(), 64, w.p(), 64, 0.0f, y.p(), 64, nullptr);
   runner.gemm(false, true, 64, 64, 64, 1.0f, x.p(), 64, w.p(), 64, 0.0f, y.p(), 64, nullptr);
   EXPECT_EQ(runner.cached_plans(), plans + 1);
-  EXPECT_NE(error_of([&] { runner.gemm(false, false, 4, 4, 8, 1.0f, x.p(), 4, w.p(), 4, 0.0f, y.p(), 4, nullptr); })
-                .find("lda"),
+  EXPECT_NE(error_of([&] {
+              runner.gemm(false, false, 4, 4, 8, 1.0f, x.p(), 4, w.p(), 4, 0.0f, y.p(), 4, nullptr);
+            }).find("lda"),
             std::string::npos);
 }
 
@@ -173,7 +181,7 @@ TEST(CudaRmsNorm, ForwardWithResidualMatchesCpu) {
   std::mt19937 rng(seed);
   const float eps = 1e-6f;
   for (const int c : {34, 128, 4096}) {
-    for (const int n : {1, 37, 1000}) {
+    for (const int n : {1, 37, 2500}) {  // 2500: several rows per block
       SCOPED_TRACE("n=" + std::to_string(n) + " c=" + std::to_string(c));
       const auto x = rounded(normal(rng, static_cast<size_t>(n) * c, 2.0f));
       const auto w = normal(rng, static_cast<size_t>(c), 0.1f, 1.0f);
@@ -205,7 +213,8 @@ TEST(CudaRmsNorm, ForwardWithResidualMatchesCpu) {
   }
   Dev<float> dummy(8);
   EXPECT_NE(error_of([&] {
-              cuda::rmsnorm_forward(dummy.p(), dummy.p(), nullptr, dummy.p(), nullptr, dummy.p(), 1, 7, 1e-6f, nullptr);
+              cuda::rmsnorm_forward(dummy.p(), dummy.p(), nullptr, dummy.p(), nullptr, dummy.p(), 1, 7, 1e-6f,
+                                    nullptr);
             }).find("even"),
             std::string::npos);
 }
@@ -215,7 +224,7 @@ TEST(CudaRmsNorm, BackwardMatchesCpuAndAccumulatesTheWeightGradient) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   for (const int c : {34, 384, 4096}) {
-    for (const int n : {1, 37, 1000}) {
+    for (const int n : {1, 37, 2500}) {  // 2500: several rows per block
       SCOPED_TRACE("n=" + std::to_string(n) + " c=" + std::to_string(c));
       const auto x = rounded(normal(rng, static_cast<size_t>(n) * c, 1.5f));
       const auto w = normal(rng, static_cast<size_t>(c), 0.1f, 1.0f);
@@ -224,18 +233,20 @@ TEST(CudaRmsNorm, BackwardMatchesCpuAndAccumulatesTheWeightGradient) {
       std::vector<float> y(x.size()), rstd(static_cast<size_t>(n));
       cpu::rmsnorm_forward(y.data(), c, rstd.data(), x.data(), c, w.data(), n, c, 1e-6f);
       std::vector<float> dx_want(x.size()), dw_want = dw0;
-      cpu::rmsnorm_backward(dx_want.data(), c, dw_want.data(), dout.data(), c, x.data(), c, w.data(), rstd.data(), n,
-                            c, false);
+      cpu::rmsnorm_backward(dx_want.data(), c, dw_want.data(), dout.data(), c, x.data(), c, w.data(),
+                            rstd.data(), n, c, false);
 
       Dev<float> ddout(dout), dw(w), drstd(rstd), ddw(dw0), scratch(cuda::norm_backward_scratch_floats(n, c));
       Dev<bf16> dx(to_bf16(x)), ddx(x.size());
-      cuda::rmsnorm_backward(ddout.p(), dx.p(), dw.p(), drstd.p(), ddx.p(), ddw.p(), scratch.p(), n, c, nullptr);
+      cuda::rmsnorm_backward(ddout.p(), dx.p(), dw.p(), drstd.p(), ddx.p(), ddw.p(), scratch.p(), n, c,
+                             nullptr);
       EXPECT_LT(rel_err(to_f32(ddx.get()), dx_want), 1e-2);
       EXPECT_LT(rel_err(ddw.get(), dw_want), 1e-5);
 
       // FP32 rows and FP32 dx (the final norm's form).
       Dev<float> dxf(x), ddxf(x.size()), ddw2(dw0);
-      cuda::rmsnorm_backward(ddout.p(), dxf.p(), dw.p(), drstd.p(), ddxf.p(), ddw2.p(), scratch.p(), n, c, nullptr);
+      cuda::rmsnorm_backward(ddout.p(), dxf.p(), dw.p(), drstd.p(), ddxf.p(), ddw2.p(), scratch.p(), n, c,
+                             nullptr);
       EXPECT_LT(rel_err(ddxf.get(), dx_want), 1e-5);
       EXPECT_LT(rel_err(ddw2.get(), dw_want), 1e-5);
     }
@@ -252,12 +263,14 @@ TEST(CudaQkNormRope, MatchesCpuNormThenRopeForwardAndBackward) {
   struct Case {
     int b, t, h, hd;
   };
-  for (const Case cs : {Case{2, 19, 4, 32}, Case{1, 7, 2, 64}, Case{4, 100, 3, 128}}) {
-    SCOPED_TRACE("b=" + std::to_string(cs.b) + " t=" + std::to_string(cs.t) + " heads=" + std::to_string(cs.h) +
-                 " head_dim=" + std::to_string(cs.hd));
+  for (const Case cs :
+       {Case{2, 19, 4, 32}, Case{1, 7, 2, 64}, Case{8, 300, 3, 128}}) {  // the last: several rows per block
+    SCOPED_TRACE("b=" + std::to_string(cs.b) + " t=" + std::to_string(cs.t) +
+                 " heads=" + std::to_string(cs.h) + " head_dim=" + std::to_string(cs.hd));
     const int n = cs.b * cs.t, d = cs.h * cs.hd, half = cs.hd / 2;
     const auto qkv = rounded(normal(rng, static_cast<size_t>(n) * 3 * d, 1.5f));
-    const auto wq = normal(rng, static_cast<size_t>(d), 0.2f, 1.0f), wk = normal(rng, static_cast<size_t>(d), 0.2f, 1.0f);
+    const auto wq = normal(rng, static_cast<size_t>(d), 0.2f, 1.0f),
+               wk = normal(rng, static_cast<size_t>(d), 0.2f, 1.0f);
     std::vector<float> cos_t(static_cast<size_t>(cs.t) * half), sin_t(cos_t.size());
     cpu::rope_tables(cos_t.data(), sin_t.data(), cs.t, cs.hd, theta);
     std::vector<float> q(static_cast<size_t>(n) * d), k(q.size()), rq(static_cast<size_t>(n)), rk(rq.size());
@@ -268,8 +281,8 @@ TEST(CudaQkNormRope, MatchesCpuNormThenRopeForwardAndBackward) {
 
     Dev<bf16> dqkv_in(to_bf16(qkv)), dout(qkv.size());
     Dev<float> dwq(wq), dwk(wk), dcos(cos_t), dsin(sin_t), drq(rq.size()), drk(rk.size());
-    cuda::qk_norm_rope_forward(dqkv_in.p(), dout.p(), dwq.p(), dwk.p(), dcos.p(), dsin.p(), drq.p(), drk.p(), n, cs.t,
-                               d, cs.hd, eps, nullptr);
+    cuda::qk_norm_rope_forward(dqkv_in.p(), dout.p(), dwq.p(), dwk.p(), dcos.p(), dsin.p(), drq.p(), drk.p(),
+                               n, cs.t, d, cs.hd, eps, nullptr);
     const auto out = dout.get();
     EXPECT_LT(rel_err(to_f32(columns(out, n, 3 * d, 0, d)), q), 1e-2);
     EXPECT_LT(rel_err(to_f32(columns(out, n, 3 * d, d, d)), k), 1e-2);
@@ -284,18 +297,19 @@ TEST(CudaQkNormRope, MatchesCpuNormThenRopeForwardAndBackward) {
     cpu::rope_backward(gk.data(), d, cos_t.data(), sin_t.data(), cs.b, cs.t, cs.h, cs.hd);
     const auto dwq0 = normal(rng, static_cast<size_t>(d)), dwk0 = normal(rng, static_cast<size_t>(d));
     std::vector<float> dxq(q.size()), dxk(q.size()), dwq_want = dwq0, dwk_want = dwk0;
-    cpu::rmsnorm_backward(dxq.data(), d, dwq_want.data(), gq.data(), d, qkv.data(), 3 * d, wq.data(), rq.data(), n, d,
-                          false);
-    cpu::rmsnorm_backward(dxk.data(), d, dwk_want.data(), gk.data(), d, qkv.data() + d, 3 * d, wk.data(), rk.data(), n,
-                          d, false);
+    cpu::rmsnorm_backward(dxq.data(), d, dwq_want.data(), gq.data(), d, qkv.data(), 3 * d, wq.data(),
+                          rq.data(), n, d, false);
+    cpu::rmsnorm_backward(dxk.data(), d, dwk_want.data(), gk.data(), d, qkv.data() + d, 3 * d, wk.data(),
+                          rk.data(), n, d, false);
     Dev<bf16> dg(to_bf16(g));
     Dev<float> ddwq(dwq0), ddwk(dwk0), scratch(cuda::norm_backward_scratch_floats(n, 2 * d));
-    cuda::qk_norm_rope_backward(dg.p(), dqkv_in.p(), dwq.p(), dwk.p(), dcos.p(), dsin.p(), drq.p(), drk.p(), ddwq.p(),
-                                ddwk.p(), scratch.p(), n, cs.t, d, cs.hd, nullptr);
+    cuda::qk_norm_rope_backward(dg.p(), dqkv_in.p(), dwq.p(), dwk.p(), dcos.p(), dsin.p(), drq.p(), drk.p(),
+                                ddwq.p(), ddwk.p(), scratch.p(), n, cs.t, d, cs.hd, nullptr);
     const auto dgot = dg.get();
     EXPECT_LT(rel_err(to_f32(columns(dgot, n, 3 * d, 0, d)), dxq), 1e-2);
     EXPECT_LT(rel_err(to_f32(columns(dgot, n, 3 * d, d, d)), dxk), 1e-2);
-    EXPECT_EQ(to_f32(columns(dgot, n, 3 * d, 2 * d, d)), columns(g, n, 3 * d, 2 * d, d));  // v's gradient kept
+    EXPECT_EQ(to_f32(columns(dgot, n, 3 * d, 2 * d, d)),
+              columns(g, n, 3 * d, 2 * d, d));  // v's gradient kept
     EXPECT_LT(rel_err(ddwq.get(), dwq_want), 1e-4);
     EXPECT_LT(rel_err(ddwk.get(), dwk_want), 1e-4);
   }
@@ -350,8 +364,10 @@ TEST(CudaEmbedding, ForwardCopiesRowsAndBackwardSumsEachTokenDeterministically) 
   EXPECT_EQ(groups.offsets.back(), n);
   for (int g = 0; g < groups.groups(); ++g) {
     if (g > 0) EXPECT_LT(groups.ids[static_cast<size_t>(g) - 1], groups.ids[static_cast<size_t>(g)]);
-    for (int i = groups.offsets[static_cast<size_t>(g)]; i < groups.offsets[static_cast<size_t>(g) + 1]; ++i) {
-      EXPECT_EQ(tokens[static_cast<size_t>(groups.positions[static_cast<size_t>(i)])], groups.ids[static_cast<size_t>(g)]);
+    for (int i = groups.offsets[static_cast<size_t>(g)]; i < groups.offsets[static_cast<size_t>(g) + 1];
+         ++i) {
+      EXPECT_EQ(tokens[static_cast<size_t>(groups.positions[static_cast<size_t>(i)])],
+                groups.ids[static_cast<size_t>(g)]);
       if (i > groups.offsets[static_cast<size_t>(g)])
         EXPECT_LT(groups.positions[static_cast<size_t>(i) - 1], groups.positions[static_cast<size_t>(i)]);
     }
@@ -366,7 +382,8 @@ TEST(CudaEmbedding, ForwardCopiesRowsAndBackwardSumsEachTokenDeterministically) 
   std::vector<std::vector<float>> runs;
   for (int rep = 0; rep < 2; ++rep) {
     Dev<float> dt(dtable0);
-    cuda::embedding_backward(dg.p(), ids.p(), offsets.p(), positions.p(), groups.groups(), dt.p(), d, nullptr);
+    cuda::embedding_backward(dg.p(), ids.p(), offsets.p(), positions.p(), groups.groups(), dt.p(), d,
+                             nullptr);
     runs.push_back(dt.get());
   }
   EXPECT_LT(rel_err(runs[0], dwant), 1e-6);
@@ -403,15 +420,18 @@ TEST(CudaCrossEntropy, LossAndInPlaceGradientMatchCpu) {
     for (int32_t t : targets) count += t >= 0;
     const float z = 1e-3f, scale = 1.0f / static_cast<float>(count);
     std::vector<float> dwant(logits.size());
-    const auto sums = cpu::cross_entropy(dwant.data(), logits.data(), targets.data(), cs.n, cs.v, cs.v_real, z, scale);
+    const auto sums =
+        cpu::cross_entropy(dwant.data(), logits.data(), targets.data(), cs.n, cs.v, cs.v_real, z, scale);
 
     Dev<bf16> dl(to_bf16(logits));
     Dev<int32_t> dt(targets);
     Dev<float> row_loss(static_cast<size_t>(cs.n)), row_ce(static_cast<size_t>(cs.n));
     Dev<double> dsums(std::vector<double>{0.0, 0.0});
-    cuda::cross_entropy(dl.p(), dt.p(), row_loss.p(), row_ce.p(), cs.n, cs.v, cs.v_real, z, scale, false, nullptr);
+    cuda::cross_entropy(dl.p(), dt.p(), row_loss.p(), row_ce.p(), cs.n, cs.v, cs.v_real, z, scale, false,
+                        nullptr);
     EXPECT_EQ(to_f32(dl.get()), logits);  // no gradient asked: logits untouched
-    cuda::cross_entropy(dl.p(), dt.p(), row_loss.p(), row_ce.p(), cs.n, cs.v, cs.v_real, z, scale, true, nullptr);
+    cuda::cross_entropy(dl.p(), dt.p(), row_loss.p(), row_ce.p(), cs.n, cs.v, cs.v_real, z, scale, true,
+                        nullptr);
     cuda::accumulate_loss_sums(row_loss.p(), row_ce.p(), cs.n, dsums.p(), nullptr);
     cuda::accumulate_loss_sums(row_loss.p(), row_ce.p(), cs.n, dsums.p(), nullptr);  // accumulates
     const auto got = dsums.get();
@@ -470,8 +490,8 @@ cuda::StepControl run_device_adamw(AdamCase& c, float max_norm, double loss_sum,
   Dev<float> values(c.values), grads(c.grads), m(c.m), v(c.v);
   Dev<bf16> vb(c.values.size());
   cuda::grad_norm_and_clip(grads.p(), dchunks.p(), static_cast<int>(chunks.size()), dfirst.p(),
-                           static_cast<int>(c.sizes.size()), partials.p(), dsumsq.p(), loss.p(), max_norm, ctl.p(),
-                           nullptr);
+                           static_cast<int>(c.sizes.size()), partials.p(), dsumsq.p(), loss.p(), max_norm,
+                           ctl.p(), nullptr);
   cuda::adamw_step(values.p(), m.p(), v.p(), grads.p(), vb.p(), dchunks.p(), static_cast<int>(chunks.size()),
                    dflags.p(), adam_args(3), ctl.p(), nullptr);
   c.values = values.get();
@@ -564,13 +584,13 @@ TEST(CudaCausalSdpa, MatchesCpuAttention) {
     SCOPED_TRACE("head_dim " + std::to_string(hd));
     const auto qkv = rounded(normal(rng, static_cast<size_t>(n) * ld, 1.5f));
     std::vector<float> out(static_cast<size_t>(n) * d), probs(static_cast<size_t>(b) * h * t * t);
-    cpu::attention_forward(out.data(), d, probs.data(), qkv.data(), ld, qkv.data() + d, ld, qkv.data() + 2 * d, ld, b,
-                           t, h, hd);
+    cpu::attention_forward(out.data(), d, probs.data(), qkv.data(), ld, qkv.data() + d, ld,
+                           qkv.data() + 2 * d, ld, b, t, h, hd);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     Dev<bf16> dqkv(to_bf16(qkv)), dout(out.size());
     Dev<float> lse(static_cast<size_t>(b) * h * t);
-    cuda::causal_sdpa_forward(dqkv.p(), dqkv.p() + d, dqkv.p() + 2 * d, ld, dout.p(), d, lse.p(), b, t, h, hd, scale,
-                              nullptr);
+    cuda::causal_sdpa_forward(dqkv.p(), dqkv.p() + d, dqkv.p() + 2 * d, ld, dout.p(), d, lse.p(), b, t, h, hd,
+                              scale, nullptr);
     const auto out_gpu = to_f32(dout.get());
     EXPECT_LT(rel_err(out_gpu, out), 1e-2);
     // lse of (batch 1, head 2, position t-1), recomputed here in double.
@@ -592,12 +612,14 @@ TEST(CudaCausalSdpa, MatchesCpuAttention) {
     }
     const auto g = rounded(normal(rng, out.size()));
     std::vector<float> dq(out.size()), dk(out.size()), dv(out.size()), scratch(static_cast<size_t>(t) * t);
-    cpu::attention_backward(dq.data(), d, dk.data(), d, dv.data(), d, scratch.data(), g.data(), d, probs.data(),
-                            qkv.data(), ld, qkv.data() + d, ld, qkv.data() + 2 * d, ld, b, t, h, hd);
+    cpu::attention_backward(dq.data(), d, dk.data(), d, dv.data(), d, scratch.data(), g.data(), d,
+                            probs.data(), qkv.data(), ld, qkv.data() + d, ld, qkv.data() + 2 * d, ld, b, t, h,
+                            hd);
     Dev<bf16> dg(to_bf16(g)), dgrad(qkv.size());
     Dev<uint8_t> ws(cuda::causal_sdpa_backward_workspace_bytes(b, t, h, hd));
-    cuda::causal_sdpa_backward(dqkv.p(), dqkv.p() + d, dqkv.p() + 2 * d, ld, dout.p(), dg.p(), d, lse.p(), dgrad.p(),
-                               dgrad.p() + d, dgrad.p() + 2 * d, ld, b, t, h, hd, scale, ws.p(), nullptr);
+    cuda::causal_sdpa_backward(dqkv.p(), dqkv.p() + d, dqkv.p() + 2 * d, ld, dout.p(), dg.p(), d, lse.p(),
+                               dgrad.p(), dgrad.p() + d, dgrad.p() + 2 * d, ld, b, t, h, hd, scale, ws.p(),
+                               nullptr);
     const auto grad = to_f32(dgrad.get());
     EXPECT_LT(rel_err(columns(grad, n, ld, 0, d), dq), 2e-2);
     EXPECT_LT(rel_err(columns(grad, n, ld, d, d), dk), 2e-2);
@@ -609,7 +631,7 @@ TEST(CudaCausalSdpa, MatchesCpuAttention) {
 
 ModelConfig engine_config(const std::string& name) {
   if (name == "tiny") return model_preset("tiny");  // head_dim 32: the fallback attention
-  ModelConfig cfg;  // head_dim 64: the fused attention kernels
+  ModelConfig cfg;                                  // head_dim 64: the fused attention kernels
   cfg.name = "small64";
   cfg.n_layers = 2;
   cfg.d_model = 256;
@@ -625,7 +647,8 @@ ModelConfig engine_config(const std::string& name) {
 Batch random_batch(std::mt19937& rng, const ModelConfig& cfg, int b, int t, double ignored = 0.1) {
   std::uniform_int_distribution<int> tok(0, cfg.vocab_real - 1);
   std::bernoulli_distribution skip(ignored);
-  Batch batch{b, t, std::vector<int32_t>(static_cast<size_t>(b) * t), std::vector<int32_t>(static_cast<size_t>(b) * t)};
+  Batch batch{b, t, std::vector<int32_t>(static_cast<size_t>(b) * t),
+              std::vector<int32_t>(static_cast<size_t>(b) * t)};
   for (auto& x : batch.tokens) x = tok(rng);
   for (auto& x : batch.targets) x = skip(rng) ? -1 : tok(rng);
   return batch;
@@ -679,8 +702,8 @@ TEST_P(CudaEngineVsCpu, SameInitialWeightsAndGradientsWithinBf16Tolerance) {
   loss /= static_cast<double>(total);
   ce /= static_cast<double>(total);
   const double norm = global_grad_norm(ref.params());
-  std::cout << "[" << cfg.name << "] loss cuda " << gs.loss << " cpu " << loss << ", grad norm cuda " << gs.grad_norm
-            << " cpu " << norm << "\n";
+  std::cout << "[" << cfg.name << "] loss cuda " << gs.loss << " cpu " << loss << ", grad norm cuda "
+            << gs.grad_norm << " cpu " << norm << "\n";
   EXPECT_EQ(gs.tokens, total);
   EXPECT_NEAR(gs.loss, loss, 1e-2 * loss);
   EXPECT_NEAR(gs.ce_loss, ce, 1e-2 * ce);
@@ -832,7 +855,8 @@ TEST(CudaEngine, NonFiniteLossThrowsNamingTheParameterAndChangesNothing) {
   const std::string msg = error_of([&] { gpu->train_step({&batch, 1}, h); });
   EXPECT_NE(msg.find("train step 1"), std::string::npos) << msg;
   EXPECT_NE(msg.find("lm_head"), std::string::npos) << msg;
-  for (size_t i = 0; i + 1 < params.size(); ++i) EXPECT_EQ(read_param(*gpu, params[i]), before[i]) << params[i].name;
+  for (size_t i = 0; i + 1 < params.size(); ++i)
+    EXPECT_EQ(read_param(*gpu, params[i]), before[i]) << params[i].name;
   gpu->write_parameter("lm_head", before.back());
   const StepStats ok = gpu->train_step({&batch, 1}, h);
   EXPECT_TRUE(std::isfinite(ok.loss));
@@ -851,10 +875,16 @@ TEST(CudaEngine, RefusesBadBatchesRecipesAndDevices) {
   StepHyper h;
   Batch bad = random_batch(rng, cfg, 1, 8);
   bad.tokens[3] = cfg.vocab_size;
-  EXPECT_NE(error_of([&] { gpu->train_step({&bad, 1}, h); }).find("outside the embedding table"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              gpu->train_step({&bad, 1}, h);
+            }).find("outside the embedding table"),
+            std::string::npos);
   bad = random_batch(rng, cfg, 1, 8);
   bad.targets[2] = cfg.vocab_real;
-  EXPECT_NE(error_of([&] { gpu->train_step({&bad, 1}, h); }).find("outside the vocabulary"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              gpu->train_step({&bad, 1}, h);
+            }).find("outside the vocabulary"),
+            std::string::npos);
   bad = random_batch(rng, cfg, 1, cfg.max_seq_len + 1);
   EXPECT_NE(error_of([&] { gpu->evaluate(bad); }).find("max_seq_len"), std::string::npos);
   bad = random_batch(rng, cfg, 1, 8, 1.0);
@@ -872,7 +902,8 @@ TEST(CudaEngine, RefusesBadBatchesRecipesAndDevices) {
   Recipe root;
   root.optimizer = "root";
   EXPECT_NE(error_of([&] { make_cuda_engine(cfg, root, seed); }).find("adamw only"), std::string::npos);
-  EXPECT_NE(error_of([&] { make_cuda_engine(cfg, Recipe{}, seed, 999); }).find("does not exist"), std::string::npos);
+  EXPECT_NE(error_of([&] { make_cuda_engine(cfg, Recipe{}, seed, 999); }).find("does not exist"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
-#include "model/cuda/activation_arena.h"
-
 #include "core/error.h"
+#include "model/cuda/activation_arena.h"
 #include "ops/cuda/rmsnorm_cuda.h"
 
 namespace fp4::cuda {
@@ -29,7 +28,8 @@ class Carver {
 
 }  // namespace
 
-size_t ActivationArena::lay_out(int b, int t, size_t attn_workspace_bytes, uint8_t* base, Activations& a) const {
+size_t ActivationArena::lay_out(int b, int t, size_t attn_workspace_bytes, uint8_t* base,
+                                Activations& a) const {
   const size_t n = static_cast<size_t>(b) * t, d = cfg_.d_model, ff = cfg_.d_ff, v = cfg_.vocab_size;
   Carver c(base);
   a.b = b;
@@ -82,8 +82,9 @@ const Activations& ActivationArena::ensure(int b, int t, size_t attn_workspace_b
     try {
       buffer_ = DeviceBuffer<uint8_t>(need);
     } catch (const Error& e) {
-      FP4_THROW("activation arena: cannot allocate ", static_cast<double>(need) / (1 << 30), " GiB for a micro-batch of ",
-                b, " x ", t, " tokens of model ", cfg_.name, " (use a smaller micro-batch): ", e.what());
+      FP4_THROW("activation arena: cannot allocate ", static_cast<double>(need) / (1 << 30),
+                " GiB for a micro-batch of ", b, " x ", t, " tokens of model ", cfg_.name,
+                " (use a smaller micro-batch): ", e.what());
     }
   }
   lay_out(b, t, attn_workspace_bytes, buffer_.data(), acts_);

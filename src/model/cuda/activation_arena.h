@@ -22,20 +22,20 @@ using bf16 = __nv_bfloat16;
 
 // What one block saves for its backward (n = b*t rows).
 struct LayerActivations {
-  bf16* x = nullptr;          // [n][d] block input (BF16 copy of the residual stream), input of wqkv
-  bf16* qkv = nullptr;        // [n][3d] raw q | k | v projections
-  bf16* qkv_rot = nullptr;    // [n][3d] q, k normed and rotated, v copied: the attention's input
-  float* rstd_q = nullptr;    // [n]
-  float* rstd_k = nullptr;    // [n]
-  bf16* att = nullptr;        // [n][d] attention output, input of wo
-  float* lse = nullptr;       // [b][heads][t]
-  bf16* y_attn = nullptr;     // [n][d] wo output (before attn_norm)
+  bf16* x = nullptr;           // [n][d] block input (BF16 copy of the residual stream), input of wqkv
+  bf16* qkv = nullptr;         // [n][3d] raw q | k | v projections
+  bf16* qkv_rot = nullptr;     // [n][3d] q, k normed and rotated, v copied: the attention's input
+  float* rstd_q = nullptr;     // [n]
+  float* rstd_k = nullptr;     // [n]
+  bf16* att = nullptr;         // [n][d] attention output, input of wo
+  float* lse = nullptr;        // [b][heads][t]
+  bf16* y_attn = nullptr;      // [n][d] wo output (before attn_norm)
   float* rstd_attn = nullptr;  // [n]
-  bf16* h = nullptr;          // [n][d] mid-block residual (BF16 copy), input of w_gate_up
-  bf16* gu = nullptr;         // [n][2 ff] gate | up
-  bf16* act = nullptr;        // [n][ff] silu(gate) * up, input of w_down
-  bf16* y_mlp = nullptr;      // [n][d] w_down output (before mlp_norm)
-  float* rstd_mlp = nullptr;  // [n]
+  bf16* h = nullptr;           // [n][d] mid-block residual (BF16 copy), input of w_gate_up
+  bf16* gu = nullptr;          // [n][2 ff] gate | up
+  bf16* act = nullptr;         // [n][ff] silu(gate) * up, input of w_down
+  bf16* y_mlp = nullptr;       // [n][d] w_down output (before mlp_norm)
+  float* rstd_mlp = nullptr;   // [n]
 };
 
 struct Activations {

@@ -1,9 +1,8 @@
-#include "model/cuda/batch_upload.h"
-
 #include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
+#include "model/cuda/batch_upload.h"
 
 namespace fp4::cuda {
 
@@ -32,7 +31,8 @@ void BatchUploader::reserve(size_t ints) {
   capacity_ = cap;
 }
 
-std::vector<DeviceBatch> BatchUploader::upload(std::span<const Batch> batches, bool with_targets, bool with_groups) {
+std::vector<DeviceBatch> BatchUploader::upload(std::span<const Batch> batches, bool with_targets,
+                                               bool with_groups) {
   FP4_CUDA_CHECK(cudaEventSynchronize(copied_));  // the previous upload has left the staging memory
   size_t total = 0;
   for (const Batch& mb : batches) {
@@ -66,7 +66,8 @@ std::vector<DeviceBatch> BatchUploader::upload(std::span<const Batch> batches, b
     out.push_back(db);
   }
   if (used > 0)
-    FP4_CUDA_CHECK(cudaMemcpyAsync(device_.data(), staging_, used * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    FP4_CUDA_CHECK(
+        cudaMemcpyAsync(device_.data(), staging_, used * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
   FP4_CUDA_CHECK(cudaEventRecord(copied_, stream_));
   return out;
 }

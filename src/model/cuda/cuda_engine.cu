@@ -1,11 +1,10 @@
-#include "model/cuda/cuda_engine.h"
-
 #include <cmath>
 #include <cstring>
 #include <map>
 
 #include "core/error.h"
 #include "model/cuda/batch_upload.h"
+#include "model/cuda/cuda_engine.h"
 #include "model/cuda/cuda_olmo2.h"
 #include "model/cuda/device_adamw.h"
 #include "model/cuda/device_params.h"
@@ -54,10 +53,11 @@ void check_batch(const Batch& b, const ModelConfig& cfg, const std::string& what
   const size_t n = static_cast<size_t>(b.batch) * static_cast<size_t>(b.seq);
   FP4_CHECK(b.tokens.size() == n, what, ": ", b.tokens.size(), " tokens for shape ", b.batch, " x ", b.seq);
   for (size_t i = 0; i < n; ++i)
-    FP4_CHECK(b.tokens[i] >= 0 && b.tokens[i] < cfg.vocab_size, what, ": token ", b.tokens[i], " at position ", i,
-              " is outside the embedding table (", cfg.vocab_size, " rows)");
+    FP4_CHECK(b.tokens[i] >= 0 && b.tokens[i] < cfg.vocab_size, what, ": token ", b.tokens[i],
+              " at position ", i, " is outside the embedding table (", cfg.vocab_size, " rows)");
   if (!targets) return;
-  FP4_CHECK(b.targets.size() == n, what, ": ", b.targets.size(), " targets for shape ", b.batch, " x ", b.seq);
+  FP4_CHECK(b.targets.size() == n, what, ": ", b.targets.size(), " targets for shape ", b.batch, " x ",
+            b.seq);
   for (size_t i = 0; i < n; ++i)
     FP4_CHECK(b.targets[i] < cfg.vocab_real, what, ": target ", b.targets[i], " at position ", i,
               " is outside the vocabulary (", cfg.vocab_real, " ids)");
@@ -203,7 +203,8 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
       const auto it = by_name.find(name);
       FP4_CHECK(it != by_name.end(), "load_state: tensor '", name, "' is missing");
       const StateTensor& t = *it->second;
-      FP4_CHECK(t.dtype == dtype, "load_state: tensor '", name, "' has dtype ", t.dtype, ", expected ", dtype);
+      FP4_CHECK(t.dtype == dtype, "load_state: tensor '", name, "' has dtype ", t.dtype, ", expected ",
+                dtype);
       FP4_CHECK(t.shape == shape, "load_state: tensor '", name, "' has shape ", shape_string(t.shape),
                 ", expected ", shape_string(shape));
       int64_t n = 1;
@@ -225,7 +226,8 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
     std::memcpy(&s, step.bytes.data(), sizeof(s));
     FP4_CHECK(s >= 0, "load_state: tensor '", kStepName, "' holds a negative step ", s);
     auto as_floats = [](const StateTensor* t) {
-      return std::span<const float>(reinterpret_cast<const float*>(t->bytes.data()), t->bytes.size() / sizeof(float));
+      return std::span<const float>(reinterpret_cast<const float*>(t->bytes.data()),
+                                    t->bytes.size() / sizeof(float));
     };
     for (int i = 0; i < params_->size(); ++i) {
       const size_t k = static_cast<size_t>(i);
@@ -269,7 +271,8 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
     const cuda::StepControl ctl = adam_->read_control(sumsq);
     double sums[2];
     cuda::copy_to_host(sums, sums_.data(), sizeof(sums), stream_.get());
-    if (!std::isfinite(sums[0])) FP4_THROW(where, ": loss is ", sums[0] / static_cast<double>(total), "; ", diagnose_forward());
+    if (!std::isfinite(sums[0]))
+      FP4_THROW(where, ": loss is ", sums[0] / static_cast<double>(total), "; ", diagnose_forward());
     // Scanned in backward order (LM head first): the parameter closest to where the NaN/Inf entered.
     for (int i = params_->size(); i-- > 0;) {
       if (std::isfinite(sumsq[static_cast<size_t>(i)])) continue;
@@ -278,7 +281,8 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
       params_->read_grad(i, g);
       for (size_t j = 0; j < g.size(); ++j)
         if (!std::isfinite(g[j]))
-          FP4_THROW(where, ": non-finite gradient (", g[j], ") in parameter ", p.info.name, " at element ", j);
+          FP4_THROW(where, ": non-finite gradient (", g[j], ") in parameter ", p.info.name, " at element ",
+                    j);
       FP4_THROW(where, ": the gradient of parameter ", p.info.name, " overflows its sum of squares");
     }
     FP4_CHECK(!ctl.skip, where, ": the global gradient norm is not finite (", ctl.grad_norm, ")");
@@ -298,8 +302,8 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
       params_->read_value(i, w);
       for (size_t j = 0; j < w.size(); ++j)
         if (!std::isfinite(w[j]))
-          return "parameter " + p.info.name + " holds a non-finite value (" + std::to_string(w[j]) + " at element " +
-                 std::to_string(j) + ")";
+          return "parameter " + p.info.name + " holds a non-finite value (" + std::to_string(w[j]) +
+                 " at element " + std::to_string(j) + ")";
     }
     const std::string act = model_->first_nonfinite_activation();
     if (!act.empty()) return "the first non-finite activation (last micro-batch) is the " + act;

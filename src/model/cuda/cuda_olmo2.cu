@@ -1,9 +1,8 @@
-#include "model/cuda/cuda_olmo2.h"
-
 #include <cmath>
 #include <cstdint>
 
 #include "core/error.h"
+#include "model/cuda/cuda_olmo2.h"
 #include "ops/cuda/attention_cuda.h"
 #include "ops/cuda/causal_sdpa_cuda.h"
 #include "ops/cuda/cross_entropy_cuda.h"
@@ -48,7 +47,9 @@ bool has_nonfinite(const float* p, size_t count, cudaStream_t stream) {
 
 }  // namespace
 
-bool CudaOlmo2::fused_attention_supports(int head_dim) { return head_dim == 64 || head_dim == 128; }
+bool CudaOlmo2::fused_attention_supports(int head_dim) {
+  return head_dim == 64 || head_dim == 128;
+}
 
 CudaOlmo2::CudaOlmo2(const ModelConfig& cfg, const Recipe& recipe, DeviceParams& params, GemmRunner& gemm,
                      cudaStream_t stream)
@@ -116,9 +117,11 @@ void CudaOlmo2::run_attention_forward(const LayerActivations& la) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const bf16* q = la.qkv_rot;
   if (fused_attention_supports(hd))
-    cuda::attention_forward(q, q + d, q + 2 * d, 3 * d, la.att, d, la.lse, acts_->b, acts_->t, h, hd, scale, stream_);
+    cuda::attention_forward(q, q + d, q + 2 * d, 3 * d, la.att, d, la.lse, acts_->b, acts_->t, h, hd, scale,
+                            stream_);
   else
-    causal_sdpa_forward(q, q + d, q + 2 * d, 3 * d, la.att, d, la.lse, acts_->b, acts_->t, h, hd, scale, stream_);
+    causal_sdpa_forward(q, q + d, q + 2 * d, 3 * d, la.att, d, la.lse, acts_->b, acts_->t, h, hd, scale,
+                        stream_);
 }
 
 void CudaOlmo2::run_attention_backward(const LayerActivations& la) {
@@ -127,11 +130,12 @@ void CudaOlmo2::run_attention_backward(const LayerActivations& la) {
   const bf16* q = la.qkv_rot;
   bf16* dq = acts_->dqkv;
   if (fused_attention_supports(hd))
-    cuda::attention_backward(q, q + d, q + 2 * d, 3 * d, la.att, acts_->datt, d, la.lse, dq, dq + d, dq + 2 * d,
-                             3 * d, acts_->b, acts_->t, h, hd, scale, acts_->attn_workspace, stream_);
+    cuda::attention_backward(q, q + d, q + 2 * d, 3 * d, la.att, acts_->datt, d, la.lse, dq, dq + d,
+                             dq + 2 * d, 3 * d, acts_->b, acts_->t, h, hd, scale, acts_->attn_workspace,
+                             stream_);
   else
-    causal_sdpa_backward(q, q + d, q + 2 * d, 3 * d, la.att, acts_->datt, d, la.lse, dq, dq + d, dq + 2 * d, 3 * d,
-                         acts_->b, acts_->t, h, hd, scale, acts_->attn_workspace, stream_);
+    causal_sdpa_backward(q, q + d, q + 2 * d, 3 * d, la.att, acts_->datt, d, la.lse, dq, dq + d, dq + 2 * d,
+                         3 * d, acts_->b, acts_->t, h, hd, scale, acts_->attn_workspace, stream_);
 }
 
 void CudaOlmo2::forward(const DeviceBatch& batch) {
@@ -151,20 +155,21 @@ void CudaOlmo2::block_forward(int l) {
   BlockParams& bp = blocks_[static_cast<size_t>(l)];
   const float eps = cfg_.norm_eps;
   bp.qkv->forward(la.x, la.qkv, n);
-  qk_norm_rope_forward(la.qkv, la.qkv_rot, params_.value(bp.q_norm), params_.value(bp.k_norm), rope_cos_.data(),
-                       rope_sin_.data(), la.rstd_q, la.rstd_k, n, t, d, cfg_.head_dim(), eps, stream_);
+  qk_norm_rope_forward(la.qkv, la.qkv_rot, params_.value(bp.q_norm), params_.value(bp.k_norm),
+                       rope_cos_.data(), rope_sin_.data(), la.rstd_q, la.rstd_k, n, t, d, cfg_.head_dim(),
+                       eps, stream_);
   run_attention_forward(la);
   bp.wo->forward(la.att, la.y_attn, n);
   // h = x + RMSNorm(y_attn): FP32 into mid, BF16 copy for the MLP's GEMM.
-  rmsnorm_forward(la.y_attn, params_.value(bp.attn_norm), acts_->res, acts_->mid, la.h, la.rstd_attn, n, d, eps,
-                  stream_);
+  rmsnorm_forward(la.y_attn, params_.value(bp.attn_norm), acts_->res, acts_->mid, la.h, la.rstd_attn, n, d,
+                  eps, stream_);
   bp.gate_up->forward(la.h, la.gu, n);
   swiglu_forward(la.gu, la.act, n, ff, stream_);
   bp.down->forward(la.act, la.y_mlp, n);
   // out = h + RMSNorm(y_mlp): FP32 into res (in place), BF16 copy as the next block's input.
   bf16* next_x = l + 1 < cfg_.n_layers ? acts_->layers[static_cast<size_t>(l) + 1].x : nullptr;
-  rmsnorm_forward(la.y_mlp, params_.value(bp.mlp_norm), acts_->mid, acts_->res, next_x, la.rstd_mlp, n, d, eps,
-                  stream_);
+  rmsnorm_forward(la.y_mlp, params_.value(bp.mlp_norm), acts_->mid, acts_->res, next_x, la.rstd_mlp, n, d,
+                  eps, stream_);
 }
 
 void CudaOlmo2::loss(const DeviceBatch& batch, bool backward, float grad_scale, double* sums) {
@@ -173,13 +178,14 @@ void CudaOlmo2::loss(const DeviceBatch& batch, bool backward, float grad_scale, 
   const int n = acts_->n, d = cfg_.d_model, v = cfg_.vocab_size;
   const bf16* w = params_.value_bf16(lm_head_);
   gemm_.gemm(false, true, n, v, d, 1.0f, acts_->xf, d, w, d, 0.0f, acts_->logits, v, stream_);
-  cross_entropy(acts_->logits, batch.targets, acts_->row_loss, acts_->row_ce, n, v, cfg_.vocab_real, cfg_.z_loss,
-                grad_scale, backward, stream_);
+  cross_entropy(acts_->logits, batch.targets, acts_->row_loss, acts_->row_ce, n, v, cfg_.vocab_real,
+                cfg_.z_loss, grad_scale, backward, stream_);
   accumulate_loss_sums(acts_->row_loss, acts_->row_ce, n, sums, stream_);
   if (!backward) return;
   // The logits now hold their gradient: dxf = dlogits W (FP32), dW += dlogits^T xf.
   gemm_.gemm(false, false, n, d, v, 1.0f, acts_->logits, v, w, d, 0.0f, acts_->dres[1], d, stream_);
-  gemm_.gemm(true, false, v, d, n, 1.0f, acts_->logits, v, acts_->xf, d, 1.0f, params_.grad(lm_head_), d, stream_);
+  gemm_.gemm(true, false, v, d, n, 1.0f, acts_->logits, v, acts_->xf, d, 1.0f, params_.grad(lm_head_), d,
+             stream_);
 }
 
 void CudaOlmo2::backward(const DeviceBatch& batch) {
@@ -210,21 +216,21 @@ void CudaOlmo2::block_backward(int l, const float* dout, float* dx) {
   swiglu_backward(a.dact, la.gu, a.dgu, n, ff, stream_);
   bp.gate_up->backward(a.dgu, LinearGradOut{nullptr, a.dmid, dout}, n);
   // Attention branch; dx = dqkv W + dmid.
-  rmsnorm_backward(a.dmid, la.y_attn, params_.value(bp.attn_norm), la.rstd_attn, a.dy, params_.grad(bp.attn_norm),
-                   a.norm_scratch, n, d, stream_);
+  rmsnorm_backward(a.dmid, la.y_attn, params_.value(bp.attn_norm), la.rstd_attn, a.dy,
+                   params_.grad(bp.attn_norm), a.norm_scratch, n, d, stream_);
   bp.wo->backward(a.dy, LinearGradOut{a.datt, nullptr, nullptr}, n);
   run_attention_backward(la);
   qk_norm_rope_backward(a.dqkv, la.qkv, params_.value(bp.q_norm), params_.value(bp.k_norm), rope_cos_.data(),
-                        rope_sin_.data(), la.rstd_q, la.rstd_k, params_.grad(bp.q_norm), params_.grad(bp.k_norm),
-                        a.norm_scratch, n, t, d, cfg_.head_dim(), stream_);
+                        rope_sin_.data(), la.rstd_q, la.rstd_k, params_.grad(bp.q_norm),
+                        params_.grad(bp.k_norm), a.norm_scratch, n, t, d, cfg_.head_dim(), stream_);
   bp.qkv->backward(a.dqkv, LinearGradOut{nullptr, dx, a.dmid}, n);
 }
 
 void CudaOlmo2::last_logits(std::span<float> out) {
   FP4_CHECK(acts_ != nullptr, "last_logits: no forward");
   const int b = acts_->b, d = cfg_.d_model, v = cfg_.vocab_size;
-  FP4_CHECK(out.size() == static_cast<size_t>(b) * static_cast<size_t>(v), "last_logits: output holds ", out.size(),
-            " floats, need ", static_cast<size_t>(b) * v);
+  FP4_CHECK(out.size() == static_cast<size_t>(b) * static_cast<size_t>(v), "last_logits: output holds ",
+            out.size(), " floats, need ", static_cast<size_t>(b) * v);
   gather_last_positions(acts_->xf, acts_->last_x, b, acts_->t, d, stream_);
   gemm_.gemm(false, true, b, v, d, 1.0f, acts_->last_x, d, params_.value_bf16(lm_head_), d, 0.0f,
              acts_->last_logits, v, stream_);
@@ -242,8 +248,9 @@ std::string CudaOlmo2::first_nonfinite_activation() const {
     if (has_nonfinite(la.y_attn, nd, stream_)) return name + ".attn output";
     if (has_nonfinite(la.h, nd, stream_)) return name + " mid-block residual";
     if (has_nonfinite(la.y_mlp, nd, stream_)) return name + ".mlp output";
-    const bool bad_out = l + 1 < cfg_.n_layers ? has_nonfinite(acts_->layers[static_cast<size_t>(l) + 1].x, nd, stream_)
-                                               : has_nonfinite(acts_->res, nd, stream_);
+    const bool bad_out = l + 1 < cfg_.n_layers
+                             ? has_nonfinite(acts_->layers[static_cast<size_t>(l) + 1].x, nd, stream_)
+                             : has_nonfinite(acts_->res, nd, stream_);
     if (bad_out) return name + " output";
   }
   if (has_nonfinite(acts_->xf, nd, stream_)) return "final_norm output";

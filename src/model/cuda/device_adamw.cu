@@ -1,8 +1,7 @@
-#include "model/cuda/device_adamw.h"
-
 #include <cmath>
 
 #include "core/error.h"
+#include "model/cuda/device_adamw.h"
 
 namespace fp4::cuda {
 
@@ -49,7 +48,8 @@ void DeviceAdamW::queue_step(DeviceParams& params, const StepHyper& h, const dou
   FP4_CHECK(std::isfinite(h.weight_decay) && h.weight_decay >= 0.0f, "AdamW: weight_decay must be >= 0, got ",
             h.weight_decay);
   grad_norm_and_clip(params.grads(), chunks_.data(), n_chunks_, first_chunk_.data(), n_params_,
-                     chunk_partials_.data(), param_sumsq_.data(), loss_sums, h.grad_clip, control_.data(), stream_);
+                     chunk_partials_.data(), param_sumsq_.data(), loss_sums, h.grad_clip, control_.data(),
+                     stream_);
   const int64_t step = step_ + 1;
   cpu::AdamWArgs args{};
   args.lr = h.lr;
@@ -59,8 +59,8 @@ void DeviceAdamW::queue_step(DeviceParams& params, const StepHyper& h, const dou
   args.weight_decay = h.weight_decay;  // per parameter: decay_flags_
   args.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), step));
   args.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), step));
-  adamw_step(params.values(), m_.data(), v_.data(), params.grads(), params.values_bf16(), chunks_.data(), n_chunks_,
-             decay_flags_.data(), args, control_.data(), stream_);
+  adamw_step(params.values(), m_.data(), v_.data(), params.grads(), params.values_bf16(), chunks_.data(),
+             n_chunks_, decay_flags_.data(), args, control_.data(), stream_);
 }
 
 void DeviceAdamW::queue_norm(const DeviceParams& params, const double* loss_sums) {
@@ -78,15 +78,15 @@ StepControl DeviceAdamW::read_control(std::vector<double>& param_sumsq) const {
 }
 
 void DeviceAdamW::read_moment(int which, const Parameter& p, std::span<float> out) const {
-  FP4_CHECK(static_cast<int64_t>(out.size()) == p.info.numel(), "AdamW moment of ", p.info.name, ": buffer of ",
-            out.size(), " floats, need ", p.info.numel());
+  FP4_CHECK(static_cast<int64_t>(out.size()) == p.info.numel(), "AdamW moment of ", p.info.name,
+            ": buffer of ", out.size(), " floats, need ", p.info.numel());
   const float* src = (which == 0 ? m_.data() : v_.data()) + p.offset;
   copy_to_host(out.data(), src, out.size_bytes(), stream_);
 }
 
 void DeviceAdamW::write_moment(int which, const Parameter& p, std::span<const float> in) {
-  FP4_CHECK(static_cast<int64_t>(in.size()) == p.info.numel(), "AdamW moment of ", p.info.name, ": ", in.size(),
-            " floats given, need ", p.info.numel());
+  FP4_CHECK(static_cast<int64_t>(in.size()) == p.info.numel(), "AdamW moment of ", p.info.name, ": ",
+            in.size(), " floats given, need ", p.info.numel());
   float* dst = (which == 0 ? m_.data() : v_.data()) + p.offset;
   copy_to_device(dst, in.data(), in.size_bytes(), stream_);
 }

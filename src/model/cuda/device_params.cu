@@ -1,6 +1,5 @@
-#include "model/cuda/device_params.h"
-
 #include "core/error.h"
+#include "model/cuda/device_params.h"
 #include "ops/cuda/elementwise_cuda.h"
 
 namespace fp4::cuda {
@@ -42,8 +41,8 @@ int DeviceParams::require(const std::string& name) const {
 
 void DeviceParams::read_value(int i, std::span<float> out) const {
   const auto& p = at(i);
-  FP4_CHECK(static_cast<int64_t>(out.size()) == p.info.numel(), "read_parameter ", p.info.name, ": buffer of ",
-            out.size(), " floats, need ", p.info.numel());
+  FP4_CHECK(static_cast<int64_t>(out.size()) == p.info.numel(), "read_parameter ", p.info.name,
+            ": buffer of ", out.size(), " floats, need ", p.info.numel());
   copy_to_host(out.data(), value(i), out.size_bytes(), stream_);
 }
 
@@ -56,8 +55,8 @@ void DeviceParams::read_grad(int i, std::span<float> out) const {
 
 void DeviceParams::write_value(int i, std::span<const float> in) {
   const auto& p = at(i);
-  FP4_CHECK(static_cast<int64_t>(in.size()) == p.info.numel(), "write_parameter ", p.info.name, ": ", in.size(),
-            " floats given, need ", p.info.numel());
+  FP4_CHECK(static_cast<int64_t>(in.size()) == p.info.numel(), "write_parameter ", p.info.name, ": ",
+            in.size(), " floats given, need ", p.info.numel());
   copy_to_device(value(i), in.data(), in.size_bytes(), stream_);
   refresh_bf16(p.offset, p.info.numel());
 }

@@ -1,8 +1,7 @@
-#include "nn/cuda/linear_cuda.h"
-
 #include <string>
 
 #include "core/error.h"
+#include "nn/cuda/linear_cuda.h"
 
 namespace fp4::cuda {
 
@@ -54,14 +53,17 @@ std::string quantized_operands(const LinearPolicy& p) {
 
 }  // namespace
 
-std::unique_ptr<LinearCuda> make_linear_cuda(const LinearSpec& spec, const DeviceWeight& weight, GemmRunner& gemm,
-                                             cudaStream_t stream) {
+std::unique_ptr<LinearCuda> make_linear_cuda(const LinearSpec& spec, const DeviceWeight& weight,
+                                             GemmRunner& gemm, cudaStream_t stream) {
   FP4_CHECK(spec.in_features > 0 && spec.out_features > 0, "linear ", spec.name, ": bad shape [",
             spec.out_features, ", ", spec.in_features, "]");
-  FP4_CHECK(weight.value != nullptr && weight.grad != nullptr, "linear ", spec.name, ": weight not on the device");
+  FP4_CHECK(weight.value != nullptr && weight.grad != nullptr, "linear ", spec.name,
+            ": weight not on the device");
   if (spec.policy.quantized())
-    FP4_THROW("linear ", spec.name, ": recipe ", spec.recipe_name, " quantizes ", quantized_operands(spec.policy),
-              ", but the CUDA engine has only the BF16 linear layer so far (the NVFP4 CUDA linear is not built in); "
+    FP4_THROW("linear ", spec.name, ": recipe ", spec.recipe_name, " quantizes ",
+              quantized_operands(spec.policy),
+              ", but the CUDA engine has only the BF16 linear layer so far (the NVFP4 CUDA linear is not "
+              "built in); "
               "use the bf16 recipe on CUDA");
   return std::make_unique<Bf16Linear>(spec, weight, gemm, stream);
 }

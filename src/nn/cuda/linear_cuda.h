@@ -49,7 +49,7 @@ class LinearCuda {
 };
 
 // All work is queued on `stream`; `gemm` must outlive the layer.
-std::unique_ptr<LinearCuda> make_linear_cuda(const LinearSpec& spec, const DeviceWeight& weight, GemmRunner& gemm,
-                                             cudaStream_t stream);
+std::unique_ptr<LinearCuda> make_linear_cuda(const LinearSpec& spec, const DeviceWeight& weight,
+                                             GemmRunner& gemm, cudaStream_t stream);
 
 }  // namespace fp4::cuda

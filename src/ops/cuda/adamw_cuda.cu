@@ -1,8 +1,7 @@
-#include "ops/cuda/adamw_cuda.h"
-
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/cuda/adamw_cuda.h"
 #include "ops/cuda/cuda_check.h"
 
 namespace fp4::cuda {
@@ -80,10 +79,11 @@ __global__ void adamw_kernel(float* __restrict__ values, float* __restrict__ m, 
 
 }  // namespace
 
-std::vector<ParamChunk> make_param_chunks(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes,
+std::vector<ParamChunk> make_param_chunks(const std::vector<int64_t>& offsets,
+                                          const std::vector<int64_t>& sizes,
                                           std::vector<int32_t>& first_chunk) {
-  FP4_CHECK(offsets.size() == sizes.size(), "make_param_chunks: ", offsets.size(), " offsets for ", sizes.size(),
-            " sizes");
+  FP4_CHECK(offsets.size() == sizes.size(), "make_param_chunks: ", offsets.size(), " offsets for ",
+            sizes.size(), " sizes");
   std::vector<ParamChunk> chunks;
   first_chunk.assign(1, 0);
   for (size_t p = 0; p < sizes.size(); ++p) {
@@ -99,9 +99,9 @@ std::vector<ParamChunk> make_param_chunks(const std::vector<int64_t>& offsets, c
   return chunks;
 }
 
-void grad_norm_and_clip(const float* grads, const ParamChunk* chunks, int n_chunks, const int32_t* first_chunk,
-                        int n_params, double* chunk_partials, double* param_sumsq, const double* loss_sums,
-                        float max_norm, StepControl* control, cudaStream_t stream) {
+void grad_norm_and_clip(const float* grads, const ParamChunk* chunks, int n_chunks,
+                        const int32_t* first_chunk, int n_params, double* chunk_partials, double* param_sumsq,
+                        const double* loss_sums, float max_norm, StepControl* control, cudaStream_t stream) {
   FP4_CHECK(n_chunks >= 0 && n_params >= 0, "grad_norm_and_clip: negative counts");
   if (n_chunks > 0) {
     chunk_sumsq_kernel<<<n_chunks, kThreads, 0, stream>>>(grads, chunks, chunk_partials);
@@ -112,17 +112,17 @@ void grad_norm_and_clip(const float* grads, const ParamChunk* chunks, int n_chun
   FP4_CUDA_CHECK_LAUNCH("norm_clip_kernel");
 }
 
-void adamw_step(float* values, float* m, float* v, const float* grads, bf16* values_bf16, const ParamChunk* chunks,
-                int n_chunks, const uint8_t* decay_flags, const cpu::AdamWArgs& a, const StepControl* control,
-                cudaStream_t stream) {
+void adamw_step(float* values, float* m, float* v, const float* grads, bf16* values_bf16,
+                const ParamChunk* chunks, int n_chunks, const uint8_t* decay_flags, const cpu::AdamWArgs& a,
+                const StepControl* control, cudaStream_t stream) {
   if (n_chunks <= 0) return;
   // Host-side constants formed exactly as cpu::adamw_update forms them.
   const float decay_on = 1.0f - a.lr * a.weight_decay;
   const float step_size = a.lr / a.bias_correction1;
   const float bc2_sqrt = std::sqrt(a.bias_correction2);
-  adamw_kernel<<<n_chunks, kThreads, 0, stream>>>(values, m, v, grads, values_bf16, chunks, decay_flags, decay_on,
-                                                  step_size, bc2_sqrt, a.beta1, a.beta2, 1.0f - a.beta1,
-                                                  1.0f - a.beta2, a.eps, control);
+  adamw_kernel<<<n_chunks, kThreads, 0, stream>>>(values, m, v, grads, values_bf16, chunks, decay_flags,
+                                                  decay_on, step_size, bc2_sqrt, a.beta1, a.beta2,
+                                                  1.0f - a.beta1, 1.0f - a.beta2, a.eps, control);
   FP4_CUDA_CHECK_LAUNCH("adamw_kernel");
 }
 

@@ -26,7 +26,8 @@ constexpr int32_t kParamChunkElements = 1 << 14;
 
 // Chunks of at most kParamChunkElements, in parameter order, for parameters at `offsets` of `sizes`.
 // first_chunk receives sizes.size() + 1 entries: parameter p owns chunks [first_chunk[p], first_chunk[p+1]).
-std::vector<ParamChunk> make_param_chunks(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes,
+std::vector<ParamChunk> make_param_chunks(const std::vector<int64_t>& offsets,
+                                          const std::vector<int64_t>& sizes,
                                           std::vector<int32_t>& first_chunk);
 
 // Written by grad_norm_and_clip on the device, read by adamw_step and (once per step) by the host.
@@ -40,14 +41,14 @@ struct StepControl {
 // one double per chunk). Then control: grad_norm = sqrt(sum_p param_sumsq[p]), clip_coef =
 // max_norm / (norm + 1e-6) when below 1 (max_norm <= 0 disables), skip when the norm or loss_sums[0]
 // (may be null) is not finite.
-void grad_norm_and_clip(const float* grads, const ParamChunk* chunks, int n_chunks, const int32_t* first_chunk,
-                        int n_params, double* chunk_partials, double* param_sumsq, const double* loss_sums,
-                        float max_norm, StepControl* control, cudaStream_t stream);
+void grad_norm_and_clip(const float* grads, const ParamChunk* chunks, int n_chunks,
+                        const int32_t* first_chunk, int n_params, double* chunk_partials, double* param_sumsq,
+                        const double* loss_sums, float max_norm, StepControl* control, cudaStream_t stream);
 
 // AdamW over every chunk with g = grad * control->clip_coef (no-op when control->skip). Parameters with
 // decay_flags[p] == 0 get weight_decay 0. values_bf16 (may be null) receives the updated weights in BF16.
-void adamw_step(float* values, float* m, float* v, const float* grads, bf16* values_bf16, const ParamChunk* chunks,
-                int n_chunks, const uint8_t* decay_flags, const cpu::AdamWArgs& args, const StepControl* control,
-                cudaStream_t stream);
+void adamw_step(float* values, float* m, float* v, const float* grads, bf16* values_bf16,
+                const ParamChunk* chunks, int n_chunks, const uint8_t* decay_flags,
+                const cpu::AdamWArgs& args, const StepControl* control, cudaStream_t stream);
 
 }  // namespace fp4::cuda

@@ -1,8 +1,7 @@
-#include "ops/cuda/causal_sdpa_cuda.h"
-
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/cuda/causal_sdpa_cuda.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/elementwise_cuda.cuh"
 
@@ -53,8 +52,9 @@ __device__ __forceinline__ float dot_head(const float* r, const bf16* p, int D) 
 }
 
 __global__ void sdpa_forward_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
-                                    const bf16* __restrict__ v, int ld_qkv, bf16* __restrict__ out, int ld_out,
-                                    float* __restrict__ lse, int B, int T, int H, int D, float scale) {
+                                    const bf16* __restrict__ v, int ld_qkv, bf16* __restrict__ out,
+                                    int ld_out, float* __restrict__ lse, int B, int T, int H, int D,
+                                    float scale) {
   RowId id;
   if (!warp_row(B, T, H, id)) return;  // warp-uniform
   const int lane = threadIdx.x & 31;
@@ -94,10 +94,10 @@ __global__ void sdpa_delta_kernel(const bf16* __restrict__ out, const bf16* __re
 }
 
 // One warp per query i: dq_i = scale * sum_{j <= i} p_ij (dp_ij - delta_i) k_j.
-__global__ void sdpa_dq_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
-                               int ld_qkv, const bf16* __restrict__ dout, int ld_out, const float* __restrict__ lse,
-                               const float* __restrict__ delta, bf16* __restrict__ dq, int ld_dqkv, int B, int T,
-                               int H, int D, float scale) {
+__global__ void sdpa_dq_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                               const bf16* __restrict__ v, int ld_qkv, const bf16* __restrict__ dout,
+                               int ld_out, const float* __restrict__ lse, const float* __restrict__ delta,
+                               bf16* __restrict__ dq, int ld_dqkv, int B, int T, int H, int D, float scale) {
   RowId id;
   if (!warp_row(B, T, H, id)) return;
   const int lane = threadIdx.x & 31;
@@ -124,10 +124,10 @@ __global__ void sdpa_dq_kernel(const bf16* __restrict__ q, const bf16* __restric
 
 // One warp per key j: dk_j = scale * sum_{i >= j} ds_ij q_i, dv_j = sum_{i >= j} p_ij dout_i.
 __global__ void sdpa_dkv_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
-                                const bf16* __restrict__ v, int ld_qkv, const bf16* __restrict__ dout, int ld_out,
-                                const float* __restrict__ lse, const float* __restrict__ delta,
-                                bf16* __restrict__ dk, bf16* __restrict__ dv, int ld_dqkv, int B, int T, int H, int D,
-                                float scale) {
+                                const bf16* __restrict__ v, int ld_qkv, const bf16* __restrict__ dout,
+                                int ld_out, const float* __restrict__ lse, const float* __restrict__ delta,
+                                bf16* __restrict__ dk, bf16* __restrict__ dv, int ld_dqkv, int B, int T,
+                                int H, int D, float scale) {
   RowId id;
   if (!warp_row(B, T, H, id)) return;
   const int lane = threadIdx.x & 31, j = id.i;
@@ -174,11 +174,11 @@ int blocks_for(int B, int T, int H) {
 
 }  // namespace
 
-void causal_sdpa_forward(const bf16* q, const bf16* k, const bf16* v, int ld_qkv, bf16* out, int ld_out, float* lse,
-                         int B, int T, int H, int D, float scale, cudaStream_t stream) {
+void causal_sdpa_forward(const bf16* q, const bf16* k, const bf16* v, int ld_qkv, bf16* out, int ld_out,
+                         float* lse, int B, int T, int H, int D, float scale, cudaStream_t stream) {
   check_shape(B, T, H, D, ld_qkv, ld_out, "causal_sdpa_forward");
-  sdpa_forward_kernel<<<blocks_for(B, T, H), 32 * kWarpsPerBlock, 0, stream>>>(q, k, v, ld_qkv, out, ld_out, lse, B,
-                                                                              T, H, D, scale);
+  sdpa_forward_kernel<<<blocks_for(B, T, H), 32 * kWarpsPerBlock, 0, stream>>>(q, k, v, ld_qkv, out, ld_out,
+                                                                               lse, B, T, H, D, scale);
   FP4_CUDA_CHECK_LAUNCH("sdpa_forward_kernel");
 }
 
@@ -187,19 +187,20 @@ size_t causal_sdpa_backward_workspace_bytes(int B, int T, int H, int /*D*/) {
 }
 
 void causal_sdpa_backward(const bf16* q, const bf16* k, const bf16* v, int ld_qkv, const bf16* out,
-                          const bf16* dout, int ld_out, const float* lse, bf16* dq, bf16* dk, bf16* dv, int ld_dqkv,
-                          int B, int T, int H, int D, float scale, void* workspace, cudaStream_t stream) {
+                          const bf16* dout, int ld_out, const float* lse, bf16* dq, bf16* dk, bf16* dv,
+                          int ld_dqkv, int B, int T, int H, int D, float scale, void* workspace,
+                          cudaStream_t stream) {
   check_shape(B, T, H, D, ld_qkv, ld_out, "causal_sdpa_backward");
   FP4_CHECK(ld_dqkv >= H * D, "causal_sdpa_backward: gradient row stride ", ld_dqkv, " is smaller than H*D");
   float* delta = static_cast<float*>(workspace);
   const int blocks = blocks_for(B, T, H), threads = 32 * kWarpsPerBlock;
   sdpa_delta_kernel<<<blocks, threads, 0, stream>>>(out, dout, ld_out, delta, B, T, H, D);
   FP4_CUDA_CHECK_LAUNCH("sdpa_delta_kernel");
-  sdpa_dq_kernel<<<blocks, threads, 0, stream>>>(q, k, v, ld_qkv, dout, ld_out, lse, delta, dq, ld_dqkv, B, T, H, D,
-                                                 scale);
+  sdpa_dq_kernel<<<blocks, threads, 0, stream>>>(q, k, v, ld_qkv, dout, ld_out, lse, delta, dq, ld_dqkv, B, T,
+                                                 H, D, scale);
   FP4_CUDA_CHECK_LAUNCH("sdpa_dq_kernel");
-  sdpa_dkv_kernel<<<blocks, threads, 0, stream>>>(q, k, v, ld_qkv, dout, ld_out, lse, delta, dk, dv, ld_dqkv, B, T, H,
-                                                  D, scale);
+  sdpa_dkv_kernel<<<blocks, threads, 0, stream>>>(q, k, v, ld_qkv, dout, ld_out, lse, delta, dk, dv, ld_dqkv,
+                                                  B, T, H, D, scale);
   FP4_CUDA_CHECK_LAUNCH("sdpa_dkv_kernel");
 }
 

@@ -1,8 +1,7 @@
-#include "ops/cuda/cross_entropy_cuda.h"
-
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/cuda/cross_entropy_cuda.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/elementwise_cuda.cuh"
 
@@ -50,8 +49,8 @@ __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
 
 template <int kVec>
 __global__ void cross_entropy_kernel(bf16* __restrict__ logits, const int32_t* __restrict__ targets,
-                                     float* __restrict__ row_loss, float* __restrict__ row_ce, int v, int v_real,
-                                     float z_loss, float grad_scale, bool backward) {
+                                     float* __restrict__ row_loss, float* __restrict__ row_ce, int v,
+                                     int v_real, float z_loss, float grad_scale, bool backward) {
   __shared__ float sm_m[32], sm_s[32];
   const int row = blockIdx.x;
   bf16* x = logits + static_cast<size_t>(row) * v;
@@ -142,9 +141,10 @@ __global__ void loss_sums_kernel(const float* __restrict__ row_loss, const float
 
 }  // namespace
 
-void cross_entropy(bf16* logits, const int32_t* targets, float* row_loss, float* row_ce, int n, int v, int v_real,
-                   float z_loss, float grad_scale, bool backward, cudaStream_t stream) {
-  FP4_CHECK(n >= 0 && v_real > 0 && v >= v_real, "cross_entropy: bad vocabulary sizes v=", v, " v_real=", v_real);
+void cross_entropy(bf16* logits, const int32_t* targets, float* row_loss, float* row_ce, int n, int v,
+                   int v_real, float z_loss, float grad_scale, bool backward, cudaStream_t stream) {
+  FP4_CHECK(n >= 0 && v_real > 0 && v >= v_real, "cross_entropy: bad vocabulary sizes v=", v,
+            " v_real=", v_real);
   if (n == 0) return;
   if (v % 8 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0)
     cross_entropy_kernel<8><<<n, kThreads, 0, stream>>>(logits, targets, row_loss, row_ce, v, v_real, z_loss,
@@ -155,7 +155,8 @@ void cross_entropy(bf16* logits, const int32_t* targets, float* row_loss, float*
   FP4_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
 }
 
-void accumulate_loss_sums(const float* row_loss, const float* row_ce, int n, double* sums, cudaStream_t stream) {
+void accumulate_loss_sums(const float* row_loss, const float* row_ce, int n, double* sums,
+                          cudaStream_t stream) {
   FP4_CHECK(n >= 0, "accumulate_loss_sums: negative row count ", n);
   loss_sums_kernel<<<1, kSumThreads, 0, stream>>>(row_loss, row_ce, n, sums);
   FP4_CUDA_CHECK_LAUNCH("loss_sums_kernel");

@@ -16,10 +16,11 @@ using bf16 = __nv_bfloat16;
 // Targets must be < v_real (the engine checks them on the host). With `backward`, the row is replaced by
 // grad_scale * (softmax * (1 + 2 z_loss lse) - onehot(target)), 0 on padded columns and ignored rows.
 // One block per row; FP32 arithmetic, online softmax (one pass for the loss, one for the gradient).
-void cross_entropy(bf16* logits, const int32_t* targets, float* row_loss, float* row_ce, int n, int v, int v_real,
-                   float z_loss, float grad_scale, bool backward, cudaStream_t stream);
+void cross_entropy(bf16* logits, const int32_t* targets, float* row_loss, float* row_ce, int n, int v,
+                   int v_real, float z_loss, float grad_scale, bool backward, cudaStream_t stream);
 
 // sums[0] += sum_i row_loss[i], sums[1] += sum_i row_ce[i], in double, in a fixed order (one block).
-void accumulate_loss_sums(const float* row_loss, const float* row_ce, int n, double* sums, cudaStream_t stream);
+void accumulate_loss_sums(const float* row_loss, const float* row_ce, int n, double* sums,
+                          cudaStream_t stream);
 
 }  // namespace fp4::cuda

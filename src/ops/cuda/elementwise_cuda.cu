@@ -1,10 +1,9 @@
-#include "ops/cuda/elementwise_cuda.h"
-
 #include <cmath>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/elementwise_cuda.cuh"
+#include "ops/cuda/elementwise_cuda.h"
 
 namespace fp4::cuda {
 
@@ -55,7 +54,8 @@ void gather_last_positions(const bf16* x, bf16* out, int b, int t, int d, cudaSt
 }
 
 void mask_padded_logits(float* logits, int rows, int v, int v_real, cudaStream_t stream) {
-  FP4_CHECK(rows >= 0 && v >= v_real && v_real > 0, "mask_padded_logits: bad sizes v=", v, " v_real=", v_real);
+  FP4_CHECK(rows >= 0 && v >= v_real && v_real > 0, "mask_padded_logits: bad sizes v=", v,
+            " v_real=", v_real);
   const int64_t total = static_cast<int64_t>(rows) * (v - v_real);
   if (total == 0) return;
   mask_padded_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(logits, rows, v, v_real);

@@ -31,21 +31,34 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(lane < n_warps ? scratch[lane] : 0.0f);
 }
 
-__device__ __forceinline__ float2 load2(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ __forceinline__ float2 load2(const float* p) {
+  return *reinterpret_cast<const float2*>(p);
+}
 __device__ __forceinline__ float2 load2(const __nv_bfloat16* p) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
 }
-__device__ __forceinline__ void store2(float* p, float2 v) { *reinterpret_cast<float2*>(p) = v; }
+__device__ __forceinline__ void store2(float* p, float2 v) {
+  *reinterpret_cast<float2*>(p) = v;
+}
 __device__ __forceinline__ void store2(__nv_bfloat16* p, float2 v) {
   *reinterpret_cast<__nv_bfloat162*>(p) = __float22bfloat162_rn(v);
 }
 
-__device__ __forceinline__ float load1(const float* p) { return *p; }
-__device__ __forceinline__ float load1(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void store1(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store1(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ float load1(const float* p) {
+  return *p;
+}
+__device__ __forceinline__ float load1(const __nv_bfloat16* p) {
+  return __bfloat162float(*p);
+}
+__device__ __forceinline__ void store1(float* p, float v) {
+  *p = v;
+}
+__device__ __forceinline__ void store1(__nv_bfloat16* p, float v) {
+  *p = __float2bfloat16_rn(v);
+}
 
-// Blocks for a grid-stride loop over `count` items with `threads` per block (capped: the loop covers the rest).
+// Blocks for a grid-stride loop over `count` items with `threads` per block (capped: the loop covers the
+// rest).
 inline int grid_for(long long count, int threads, int max_blocks = 65535) {
   const long long b = (count + threads - 1) / threads;
   return static_cast<int>(b < 1 ? 1 : (b > max_blocks ? max_blocks : b));

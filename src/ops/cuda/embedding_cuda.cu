@@ -1,11 +1,10 @@
-#include "ops/cuda/embedding_cuda.h"
-
 #include <algorithm>
 #include <numeric>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/elementwise_cuda.cuh"
+#include "ops/cuda/embedding_cuda.h"
 
 namespace fp4::cuda {
 
@@ -15,8 +14,8 @@ constexpr int kThreads = 256;
 constexpr int kBackwardThreads = 128;
 
 __global__ void embedding_forward_kernel(const int32_t* __restrict__ tokens, const float* __restrict__ table,
-                                         float* __restrict__ out_f32, bf16* __restrict__ out_bf16, long long pairs,
-                                         int half_d) {
+                                         float* __restrict__ out_f32, bf16* __restrict__ out_bf16,
+                                         long long pairs, int half_d) {
   for (long long idx = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; idx < pairs;
        idx += static_cast<long long>(gridDim.x) * blockDim.x) {
     const long long row = idx / half_d;
@@ -49,13 +48,13 @@ __global__ void embedding_backward_kernel(const float* __restrict__ dout, const 
 
 }  // namespace
 
-void embedding_forward(const int32_t* tokens, const float* table, float* out_f32, bf16* out_bf16, int n, int d,
-                       cudaStream_t stream) {
+void embedding_forward(const int32_t* tokens, const float* table, float* out_f32, bf16* out_bf16, int n,
+                       int d, cudaStream_t stream) {
   FP4_CHECK(n >= 0 && d > 0 && d % 2 == 0, "embedding_forward: width must be even and positive, got ", d);
   const long long pairs = static_cast<long long>(n) * (d / 2);
   if (pairs == 0) return;
-  embedding_forward_kernel<<<grid_for(pairs, kThreads), kThreads, 0, stream>>>(tokens, table, out_f32, out_bf16,
-                                                                              pairs, d / 2);
+  embedding_forward_kernel<<<grid_for(pairs, kThreads), kThreads, 0, stream>>>(tokens, table, out_f32,
+                                                                               out_bf16, pairs, d / 2);
   FP4_CUDA_CHECK_LAUNCH("embedding_forward_kernel");
 }
 
@@ -76,11 +75,13 @@ void group_tokens(const int32_t* tokens, int n, TokenGroups& out) {
   out.offsets.push_back(n);
 }
 
-void embedding_backward(const float* dout, const int32_t* ids, const int32_t* offsets, const int32_t* positions,
-                        int groups, float* dtable, int d, cudaStream_t stream) {
-  FP4_CHECK(groups >= 0 && d > 0 && d % 2 == 0, "embedding_backward: width must be even and positive, got ", d);
+void embedding_backward(const float* dout, const int32_t* ids, const int32_t* offsets,
+                        const int32_t* positions, int groups, float* dtable, int d, cudaStream_t stream) {
+  FP4_CHECK(groups >= 0 && d > 0 && d % 2 == 0, "embedding_backward: width must be even and positive, got ",
+            d);
   if (groups == 0) return;
-  embedding_backward_kernel<<<groups, kBackwardThreads, 0, stream>>>(dout, ids, offsets, positions, dtable, d);
+  embedding_backward_kernel<<<groups, kBackwardThreads, 0, stream>>>(dout, ids, offsets, positions, dtable,
+                                                                     d);
   FP4_CUDA_CHECK_LAUNCH("embedding_backward_kernel");
 }
 

@@ -15,8 +15,8 @@ using bf16 = __nv_bfloat16;
 
 // out_f32 [n][d] = table[tokens[i]]; out_bf16 (may be null) receives the same rows rounded to BF16.
 // Tokens must be in range (the engine checks them on the host). d must be even.
-void embedding_forward(const int32_t* tokens, const float* table, float* out_f32, bf16* out_bf16, int n, int d,
-                       cudaStream_t stream);
+void embedding_forward(const int32_t* tokens, const float* table, float* out_f32, bf16* out_bf16, int n,
+                       int d, cudaStream_t stream);
 
 // The rows of a micro-batch grouped by token id.
 struct TokenGroups {
@@ -30,7 +30,7 @@ void group_tokens(const int32_t* tokens, int n, TokenGroups& out);
 
 // dtable[ids[g]] += sum over the rows of group g of dout[row] (dout FP32 [n][d], dtable FP32 [vocab][d]).
 // ids, offsets, positions are the device copies of a TokenGroups.
-void embedding_backward(const float* dout, const int32_t* ids, const int32_t* offsets, const int32_t* positions,
-                        int groups, float* dtable, int d, cudaStream_t stream);
+void embedding_backward(const float* dout, const int32_t* ids, const int32_t* offsets,
+                        const int32_t* positions, int groups, float* dtable, int d, cudaStream_t stream);
 
 }  // namespace fp4::cuda

@@ -1,6 +1,6 @@
-#include "ops/cuda/gemm_cublaslt.h"
-
 #include <algorithm>
+
+#include "ops/cuda/gemm_cublaslt.h"
 
 namespace fp4::cuda {
 
@@ -58,10 +58,10 @@ const GemmRunner::Plan& GemmRunner::plan(const Key& key) {
   cublasLtMatmulPreference_t pref = nullptr;
   FP4_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = workspace_.bytes();
-  const uint32_t align[4] = {static_cast<uint32_t>(al_b), static_cast<uint32_t>(al_a), static_cast<uint32_t>(al_c),
-                             static_cast<uint32_t>(al_d)};
-  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                           sizeof(ws));
+  const uint32_t align[4] = {static_cast<uint32_t>(al_b), static_cast<uint32_t>(al_a),
+                             static_cast<uint32_t>(al_c), static_cast<uint32_t>(al_d)};
+  cublasStatus_t st =
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
   const cublasLtMatmulPreferenceAttributes_t kAlignAttr[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -71,7 +71,8 @@ const GemmRunner::Plan& GemmRunner::plan(const Key& key) {
   // only reduce in FP32.
   if (out == static_cast<int>(GemmOutType::kBF16) && st == CUBLAS_STATUS_SUCCESS) {
     const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof(mask));
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask,
+                                              sizeof(mask));
   }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
@@ -97,20 +98,33 @@ void GemmRunner::run(bool trans_a, bool trans_b, int m, int n, int k, float alph
   FP4_CHECK(ldc >= std::max(1, n), "gemm: ldc ", ldc, " is smaller than the row of C (", n, ")");
   if (m == 0 || n == 0) return;
   if (c_in == nullptr) c_in = c;
-  const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldc, static_cast<int>(out), alignment_of(a), alignment_of(b),
-                alignment_of(c_in), alignment_of(c)};
+  const Key key{trans_a,
+                trans_b,
+                m,
+                n,
+                k,
+                lda,
+                ldb,
+                ldc,
+                static_cast<int>(out),
+                alignment_of(a),
+                alignment_of(b),
+                alignment_of(c_in),
+                alignment_of(c)};
   const Plan& p = plan(key);
   FP4_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, b, p.a, a, p.b, &beta, c_in, p.c, c, p.c, &p.algo,
                                   workspace_.data(), workspace_.bytes(), stream));
 }
 
 void GemmRunner::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* a, int lda,
-                      const bf16* b, int ldb, float beta, bf16* c, int ldc, cudaStream_t stream, const bf16* c_in) {
+                      const bf16* b, int ldb, float beta, bf16* c, int ldc, cudaStream_t stream,
+                      const bf16* c_in) {
   run(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c_in, c, ldc, GemmOutType::kBF16, stream);
 }
 
 void GemmRunner::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* a, int lda,
-                      const bf16* b, int ldb, float beta, float* c, int ldc, cudaStream_t stream, const float* c_in) {
+                      const bf16* b, int ldb, float beta, float* c, int ldc, cudaStream_t stream,
+                      const float* c_in) {
   run(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c_in, c, ldc, GemmOutType::kF32, stream);
 }
 

@@ -1,8 +1,7 @@
-#include "ops/cuda/rmsnorm_cuda.h"
-
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/elementwise_cuda.cuh"
+#include "ops/cuda/rmsnorm_cuda.h"
 
 namespace fp4::cuda {
 
@@ -91,12 +90,13 @@ __global__ void reduce_partials_kernel(const float* __restrict__ partials, int b
 }
 
 void check_width(int n, int c, const char* what) {
-  FP4_CHECK(n >= 0 && c > 0 && c % 2 == 0, what, ": rows must have an even positive width, got n=", n, " c=", c);
+  FP4_CHECK(n >= 0 && c > 0 && c % 2 == 0, what, ": rows must have an even positive width, got n=", n,
+            " c=", c);
 }
 
 template <typename XT>
-void forward_impl(const XT* x, const float* w, const float* residual, float* out_f32, bf16* out_bf16, float* rstd,
-                  int n, int c, float eps, cudaStream_t stream) {
+void forward_impl(const XT* x, const float* w, const float* residual, float* out_f32, bf16* out_bf16,
+                  float* rstd, int n, int c, float eps, cudaStream_t stream) {
   check_width(n, c, "rmsnorm_forward");
   FP4_CHECK(out_f32 != nullptr || out_bf16 != nullptr, "rmsnorm_forward: no output");
   if (n == 0) return;
@@ -113,8 +113,8 @@ void backward_impl(const float* dout, const XT* x, const float* w, const float* 
   FP4_CHECK(c <= kNormMaxWidth, "rmsnorm_backward: width ", c, " exceeds the kernel's limit ", kNormMaxWidth);
   if (n == 0) return;
   const NormTiling t = norm_backward_tiling(n);
-  rmsnorm_backward_kernel<XT, DXT><<<t.blocks, kNormThreads, 0, stream>>>(dout, x, w, rstd, dx, scratch, n, c,
-                                                                         t.rows_per_block);
+  rmsnorm_backward_kernel<XT, DXT>
+      <<<t.blocks, kNormThreads, 0, stream>>>(dout, x, w, rstd, dx, scratch, n, c, t.rows_per_block);
   FP4_CUDA_CHECK_LAUNCH("rmsnorm_backward_kernel");
   reduce_norm_partials(scratch, t.blocks, c, c, dw, nullptr, stream);
 }
@@ -135,8 +135,8 @@ size_t norm_backward_scratch_floats(int n, int width) {
 void reduce_norm_partials(const float* partials, int blocks, int width, int split, float* dw_a, float* dw_b,
                           cudaStream_t stream) {
   constexpr int kThreads = 256;
-  reduce_partials_kernel<<<(width + kThreads - 1) / kThreads, kThreads, 0, stream>>>(partials, blocks, width, split,
-                                                                                   dw_a, dw_b);
+  reduce_partials_kernel<<<(width + kThreads - 1) / kThreads, kThreads, 0, stream>>>(partials, blocks, width,
+                                                                                     split, dw_a, dw_b);
   FP4_CUDA_CHECK_LAUNCH("reduce_partials_kernel");
 }
 
@@ -150,13 +150,13 @@ void rmsnorm_forward(const float* x, const float* w, const float* residual, floa
   forward_impl(x, w, residual, out_f32, out_bf16, rstd, n, c, eps, stream);
 }
 
-void rmsnorm_backward(const float* dout, const bf16* x, const float* w, const float* rstd, bf16* dx, float* dw,
-                      float* scratch, int n, int c, cudaStream_t stream) {
+void rmsnorm_backward(const float* dout, const bf16* x, const float* w, const float* rstd, bf16* dx,
+                      float* dw, float* scratch, int n, int c, cudaStream_t stream) {
   backward_impl(dout, x, w, rstd, dx, dw, scratch, n, c, stream);
 }
 
-void rmsnorm_backward(const float* dout, const float* x, const float* w, const float* rstd, float* dx, float* dw,
-                      float* scratch, int n, int c, cudaStream_t stream) {
+void rmsnorm_backward(const float* dout, const float* x, const float* w, const float* rstd, float* dx,
+                      float* dw, float* scratch, int n, int c, cudaStream_t stream) {
   backward_impl(dout, x, w, rstd, dx, dw, scratch, n, c, stream);
 }
 

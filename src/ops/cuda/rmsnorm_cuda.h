@@ -21,10 +21,10 @@ void rmsnorm_forward(const float* x, const float* w, const float* residual, floa
 
 // dx = rstd * (g - x rstd^2 mean(g x)) with g = dout * w (overwritten); dw += sum_rows dout * x * rstd,
 // summed in a fixed order (deterministic) through `scratch` of norm_backward_scratch_floats(n, c) floats.
-void rmsnorm_backward(const float* dout, const bf16* x, const float* w, const float* rstd, bf16* dx, float* dw,
-                      float* scratch, int n, int c, cudaStream_t stream);
-void rmsnorm_backward(const float* dout, const float* x, const float* w, const float* rstd, float* dx, float* dw,
-                      float* scratch, int n, int c, cudaStream_t stream);
+void rmsnorm_backward(const float* dout, const bf16* x, const float* w, const float* rstd, bf16* dx,
+                      float* dw, float* scratch, int n, int c, cudaStream_t stream);
+void rmsnorm_backward(const float* dout, const float* x, const float* w, const float* rstd, float* dx,
+                      float* dw, float* scratch, int n, int c, cudaStream_t stream);
 
 // Row tiling of the norm backward kernels (shared with the QK-norm backward): blocks of
 // rows_per_block rows, each block leaving one partial weight gradient row.
@@ -41,10 +41,11 @@ void reduce_norm_partials(const float* partials, int blocks, int width, int spli
 
 // Launch shape of the norm backward kernels (RMSNorm, QK-norm): a block of kNormThreads threads walks
 // rows_per_block rows, each thread holding the weight-gradient sums of up to kNormPairsPerThread column
-// pairs in registers; about kNormTargetBlocks blocks (two per SM on an H100/H200).
+// pairs in registers; about kNormTargetBlocks blocks (several per SM, so the per-row block
+// reductions of different blocks overlap).
 constexpr int kNormThreads = 256;
 constexpr int kNormPairsPerThread = 8;
-constexpr int kNormTargetBlocks = 256;
+constexpr int kNormTargetBlocks = 1024;
 constexpr int kNormMaxWidth = 2 * kNormThreads * kNormPairsPerThread;  // 4096
 
 }  // namespace fp4::cuda

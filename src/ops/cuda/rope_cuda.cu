@@ -1,9 +1,8 @@
-#include "ops/cuda/rope_cuda.h"
-
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/elementwise_cuda.cuh"
 #include "ops/cuda/rmsnorm_cuda.h"
+#include "ops/cuda/rope_cuda.h"
 
 namespace fp4::cuda {
 
@@ -23,9 +22,10 @@ __device__ __forceinline__ RotPair rot_pair(int p, int half) {
 
 __global__ void qk_norm_rope_forward_kernel(const bf16* __restrict__ qkv, bf16* __restrict__ out,
                                             const float* __restrict__ w_q, const float* __restrict__ w_k,
-                                            const float* __restrict__ cos_table, const float* __restrict__ sin_table,
-                                            float* __restrict__ rstd_q, float* __restrict__ rstd_k, int n, int t,
-                                            int d, int half, float eps) {
+                                            const float* __restrict__ cos_table,
+                                            const float* __restrict__ sin_table, float* __restrict__ rstd_q,
+                                            float* __restrict__ rstd_k, int n, int t, int d, int half,
+                                            float eps) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (row >= n) return;  // warp-uniform
   const size_t base = static_cast<size_t>(row) * 3 * d;
@@ -73,9 +73,10 @@ __device__ __forceinline__ float2 unrotate(const bf16* g, RotPair rp, float c, f
 __global__ void qk_norm_rope_backward_kernel(bf16* __restrict__ dqkv, const bf16* __restrict__ qkv,
                                              const float* __restrict__ w_q, const float* __restrict__ w_k,
                                              const float* __restrict__ cos_table,
-                                             const float* __restrict__ sin_table, const float* __restrict__ rstd_q,
-                                             const float* __restrict__ rstd_k, float* __restrict__ partials, int n,
-                                             int t, int d, int half, int rows_per_block) {
+                                             const float* __restrict__ sin_table,
+                                             const float* __restrict__ rstd_q,
+                                             const float* __restrict__ rstd_k, float* __restrict__ partials,
+                                             int n, int t, int d, int half, int rows_per_block) {
   __shared__ float scratch[32];
   const int pairs = d / 2;
   float2 acc_q[kNormPairsPerThread], acc_k[kNormPairsPerThread];
@@ -112,7 +113,8 @@ __global__ void qk_norm_rope_backward_kernel(bf16* __restrict__ dqkv, const bf16
         const RotPair rp = rot_pair(p, half);
         const float c = cs[rp.i], s = sn[rp.i];
         const float2 g = unrotate(gq, rp, c, s), h = unrotate(gk, rp, c, s);
-        const float qa = load1(xq + rp.a), qb = load1(xq + rp.b), ka = load1(xk + rp.a), kb = load1(xk + rp.b);
+        const float qa = load1(xq + rp.a), qb = load1(xq + rp.b), ka = load1(xk + rp.a),
+                    kb = load1(xk + rp.b);
         store1(gq + rp.a, g.x * w_q[rp.a] * rq - qa * kq);
         store1(gq + rp.b, g.y * w_q[rp.b] * rq - qb * kq);
         store1(gk + rp.a, h.x * w_k[rp.a] * rk - ka * kk);
@@ -145,9 +147,9 @@ void check_shape(int n, int t, int d, int head_dim, const char* what) {
 
 }  // namespace
 
-void qk_norm_rope_forward(const bf16* qkv, bf16* out, const float* w_q, const float* w_k, const float* cos_table,
-                          const float* sin_table, float* rstd_q, float* rstd_k, int n, int t, int d, int head_dim,
-                          float eps, cudaStream_t stream) {
+void qk_norm_rope_forward(const bf16* qkv, bf16* out, const float* w_q, const float* w_k,
+                          const float* cos_table, const float* sin_table, float* rstd_q, float* rstd_k, int n,
+                          int t, int d, int head_dim, float eps, cudaStream_t stream) {
   check_shape(n, t, d, head_dim, "qk_norm_rope_forward");
   if (n == 0) return;
   const int rows_per_block = kForwardThreads / 32;
@@ -156,16 +158,18 @@ void qk_norm_rope_forward(const bf16* qkv, bf16* out, const float* w_q, const fl
   FP4_CUDA_CHECK_LAUNCH("qk_norm_rope_forward_kernel");
 }
 
-void qk_norm_rope_backward(bf16* dqkv, const bf16* qkv, const float* w_q, const float* w_k, const float* cos_table,
-                           const float* sin_table, const float* rstd_q, const float* rstd_k, float* dw_q,
-                           float* dw_k, float* scratch, int n, int t, int d, int head_dim, cudaStream_t stream) {
+void qk_norm_rope_backward(bf16* dqkv, const bf16* qkv, const float* w_q, const float* w_k,
+                           const float* cos_table, const float* sin_table, const float* rstd_q,
+                           const float* rstd_k, float* dw_q, float* dw_k, float* scratch, int n, int t, int d,
+                           int head_dim, cudaStream_t stream) {
   check_shape(n, t, d, head_dim, "qk_norm_rope_backward");
-  FP4_CHECK(d <= kNormMaxWidth, "qk_norm_rope_backward: width ", d, " exceeds the kernel's limit ", kNormMaxWidth);
+  FP4_CHECK(d <= kNormMaxWidth, "qk_norm_rope_backward: width ", d, " exceeds the kernel's limit ",
+            kNormMaxWidth);
   if (n == 0) return;
   const NormTiling tl = norm_backward_tiling(n);
-  qk_norm_rope_backward_kernel<<<tl.blocks, kNormThreads, 0, stream>>>(dqkv, qkv, w_q, w_k, cos_table, sin_table,
-                                                                      rstd_q, rstd_k, scratch, n, t, d,
-                                                                      head_dim / 2, tl.rows_per_block);
+  qk_norm_rope_backward_kernel<<<tl.blocks, kNormThreads, 0, stream>>>(dqkv, qkv, w_q, w_k, cos_table,
+                                                                       sin_table, rstd_q, rstd_k, scratch, n,
+                                                                       t, d, head_dim / 2, tl.rows_per_block);
   FP4_CUDA_CHECK_LAUNCH("qk_norm_rope_backward_kernel");
   reduce_norm_partials(scratch, tl.blocks, 2 * d, d, dw_q, dw_k, stream);
 }

@@ -1,8 +1,7 @@
-#include "ops/cuda/swiglu_cuda.h"
-
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/elementwise_cuda.cuh"
+#include "ops/cuda/swiglu_cuda.h"
 
 namespace fp4::cuda {
 
@@ -10,7 +9,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoid(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
 
 // One thread per two adjacent columns of a row.
 __global__ void swiglu_forward_kernel(const bf16* __restrict__ gu, bf16* __restrict__ out, long long pairs,
@@ -21,8 +22,7 @@ __global__ void swiglu_forward_kernel(const bf16* __restrict__ gu, bf16* __restr
     const int j = static_cast<int>(idx - row * half_f) * 2, f = 2 * half_f;
     const bf16* g = gu + row * 2 * f + j;
     const float2 gv = load2(g), uv = load2(g + f);
-    store2(out + row * f + j,
-           make_float2((gv.x * sigmoid(gv.x)) * uv.x, (gv.y * sigmoid(gv.y)) * uv.y));
+    store2(out + row * f + j, make_float2((gv.x * sigmoid(gv.x)) * uv.x, (gv.y * sigmoid(gv.y)) * uv.y));
   }
 }
 
@@ -43,7 +43,8 @@ __global__ void swiglu_backward_kernel(const bf16* __restrict__ dout, const bf16
 }
 
 void check_shape(int n, int f, const char* what) {
-  FP4_CHECK(n >= 0 && f > 0 && f % 2 == 0, what, ": the inner size must be even and positive, got n=", n, " f=", f);
+  FP4_CHECK(n >= 0 && f > 0 && f % 2 == 0, what, ": the inner size must be even and positive, got n=", n,
+            " f=", f);
 }
 
 }  // namespace
