@@ -8,17 +8,17 @@
 namespace fp4::cuda {
 namespace attn {
 
-// <kD, kWarps, kBlockM>: kWarps warps of 16 keys each, query steps of kBlockM rows. D = 64 defaults to
-// 8 warps (128 keys per CTA): every Q/dO tile loaded and every dq atomic serves twice the keys of a 64-key
-// CTA. D = 128 defaults to 4 warps with 32-query steps: dK and dV take 128 FP32 registers per thread, so S
-// and dP must stay small (64-query steps spill).
+// <kD, kWarps, kBlockM, kMinBlocks>: kWarps warps of 16 keys each, query steps of kBlockM rows, registers
+// capped for kMinBlocks CTAs per SM. D = 64 defaults to 8 warps (128 keys per CTA): every Q/dO tile loaded
+// and every dq atomic serves twice the keys of a 64-key CTA. D = 128 defaults to 4 warps with 32-query
+// steps: dK and dV take 128 FP32 registers per thread, so S and dP must stay small (64-query steps spill).
 constexpr BwdVariant kBwdVariants[] = {
-    {"bwd d64 keys128 q64 (8 warps)", 64, &launch_attention_backward<64, 8, 64>},
-    {"bwd d64 keys64 q64 (4 warps)", 64, &launch_attention_backward<64, 4, 64>},
-    {"bwd d64 keys128 q32 (8 warps)", 64, &launch_attention_backward<64, 8, 32>},
-    {"bwd d128 keys64 q32 (4 warps)", 128, &launch_attention_backward<128, 4, 32>},
-    {"bwd d128 keys128 q32 (8 warps)", 128, &launch_attention_backward<128, 8, 32>},
-    {"bwd d128 keys64 q64 (4 warps)", 128, &launch_attention_backward<128, 4, 64>},
+    {"bwd d64 keys128 q64 (8 warps)", 64, &launch_attention_backward<64, 8, 64, 1>},
+    {"bwd d64 keys64 q64 (4 warps, 2/SM)", 64, &launch_attention_backward<64, 4, 64, 2>},
+    {"bwd d64 keys128 q32 (8 warps, 2/SM)", 64, &launch_attention_backward<64, 8, 32, 2>},
+    {"bwd d128 keys64 q32 (4 warps, 2/SM)", 128, &launch_attention_backward<128, 4, 32, 2>},
+    {"bwd d128 keys128 q32 (8 warps)", 128, &launch_attention_backward<128, 8, 32, 1>},
+    {"bwd d128 keys64 q64 (4 warps)", 128, &launch_attention_backward<128, 4, 64, 1>},
 };
 
 std::span<const BwdVariant> backward_variants() { return kBwdVariants; }

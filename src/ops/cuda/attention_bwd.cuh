@@ -55,7 +55,7 @@ struct BwdTile {
   static constexpr int kColGroups = kWarps / kMSlices;
   static constexpr int kDqCols = kD / kColGroups;
   static_assert(kBlockM % 16 == 0 && kWarps % kMSlices == 0 && kDqCols % 16 == 0, "dQ split must be whole");
-  // K, V; two stages of Q and of dO; dS^T; two stages of LSE*log2e and of Delta.
+  // K, V; two stages of Q and of dO; dS^T; two stages of LSE and of Delta.
   static constexpr int kSmemBf16 = 2 * kBlockN * kStride + 4 * kBlockM * kStride + kBlockN * kStrideDs;
   static constexpr int kSmemBytes = kSmemBf16 * 2 + 4 * kBlockM * 4;
 };
@@ -85,24 +85,26 @@ __device__ __forceinline__ void bwd_rows_times_cols(FragC (&acc)[kN / 8], const 
 
 // s (S^T) becomes P^T and dp (dP^T) becomes dS^T, in FP32. Element e of block j: key = key0 + g + 8*(e/2),
 // query = q0 + 8j + 2t + e%2. With mask, pairs with key > query or query >= T get P = dS = 0.
-// lse2, delta: this query tile's LSE*log2(e) and Delta in shared memory.
+// lse, delta: this query tile's LSE (natural log) and Delta in shared memory.
 template <int kBlockM>
-__device__ __forceinline__ void bwd_probs(FragC (&s)[kBlockM / 8], FragC (&dp)[kBlockM / 8], const float* lse2,
+__device__ __forceinline__ void bwd_probs(FragC (&s)[kBlockM / 8], FragC (&dp)[kBlockM / 8], const float* lse,
                                           const float* delta, int key0, int q0, int T, bool mask, float scale_log2,
                                           int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int j = 0; j < kBlockM / 8; ++j) {
-    const float2 l2 = *reinterpret_cast<const float2*>(lse2 + j * 8 + 2 * t);
+    const float2 ls = *reinterpret_cast<const float2*>(lse + j * 8 + 2 * t);
     const float2 dl = *reinterpret_cast<const float2*>(delta + j * 8 + 2 * t);
+    const float lse2[2] = {ls.x * kLog2e, ls.y * kLog2e};
+    const float dlt[2] = {dl.x, dl.y};
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = key0 + g + (e >> 1) * 8;
       const int query = q0 + j * 8 + 2 * t + (e & 1);
-      float p = ex2(fmaf(s[j].x[e], scale_log2, -((e & 1) ? l2.y : l2.x)));
+      float p = ex2(fmaf(s[j].x[e], scale_log2, -lse2[e & 1]));
       if (mask && (key > query || query >= T)) p = 0.f;
       s[j].x[e] = p;
-      dp[j].x[e] = p * (dp[j].x[e] - ((e & 1) ? dl.y : dl.x));
+      dp[j].x[e] = p * (dp[j].x[e] - dlt[e & 1]);
     }
   }
 }
@@ -183,8 +185,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) attention_bwd_kernel(
   bf16* s_q = s_v + kBlockN * kStride;       // two stages
   bf16* s_do = s_q + 2 * kBlockM * kStride;  // two stages
   bf16* s_ds = s_do + 2 * kBlockM * kStride;
-  float* s_lse2 = reinterpret_cast<float*>(s_ds + kBlockN * Tile::kStrideDs);  // two stages
-  float* s_delta = s_lse2 + 2 * kBlockM;                                       // two stages
+  float* s_lse = reinterpret_cast<float*>(s_ds + kBlockN * Tile::kStrideDs);  // two stages
+  float* s_delta = s_lse + 2 * kBlockM;                                       // two stages
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int bh = blockIdx.x, b = bh / p.H, h = bh % p.H;
@@ -202,8 +204,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) attention_bwd_kernel(
   const int first_tile = key0 / kBlockM;  // the first query tile holding a query >= key0
   const int n_q_tiles = (p.T + kBlockM - 1) / kBlockM;
 
-  // Query tile i into stage st: Q and dO asynchronously, LSE (in base 2) and Delta by plain loads; rows
-  // past T read as zeros (LSE as +inf, so P = 0 there even before the mask).
+  // Query tile i into stage st, all asynchronously: Q, dO, LSE and Delta; rows past T read as zeros (the
+  // mask then zeroes their P and dS).
   auto load_query_tile = [&](int i, int st) {
     const int qt0 = i * kBlockM;
     copy_tile_async<kBlockM, kD, kStride, kThreads>(s_q + st * kBlockM * kStride, q, p.ld_qkv, qt0, p.T, tid);
@@ -211,10 +213,9 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) attention_bwd_kernel(
     for (int r = tid; r < 2 * kBlockM; r += kThreads) {
       const int row = qt0 + (r % kBlockM);
       const bool valid = row < p.T;
-      if (r < kBlockM)
-        s_lse2[st * kBlockM + r] = valid ? lse[row] * kLog2e : INFINITY;
-      else
-        s_delta[st * kBlockM + r - kBlockM] = valid ? delta[row] : 0.f;
+      const float* src = (r < kBlockM ? lse : delta) + (valid ? row : 0);
+      float* dst = (r < kBlockM ? s_lse : s_delta) + st * kBlockM + (r % kBlockM);
+      cp_async_4(smem_u32(dst), src, valid);
     }
   };
 
@@ -246,7 +247,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) attention_bwd_kernel(
       bwd_rows_times_cols<kD, kBlockM, kStride>(s, s_k, warp * 16, q_tile, lane);
       bwd_rows_times_cols<kD, kBlockM, kStride>(dp, s_v, warp * 16, do_tile, lane);
       const bool mask = q0 < wkey0 + 15 || q0 + kBlockM > p.T;
-      bwd_probs<kBlockM>(s, dp, s_lse2 + stage * kBlockM, s_delta + stage * kBlockM, wkey0, q0, p.T, mask,
+      bwd_probs<kBlockM>(s, dp, s_lse + stage * kBlockM, s_delta + stage * kBlockM, wkey0, q0, p.T, mask,
                          p.scale_log2, lane);
       FragA pa[kBlockM / 16], dsa[kBlockM / 16];
 #pragma unroll

@@ -7,13 +7,14 @@
 namespace fp4::cuda {
 namespace attn {
 
-// <kD, kSlices>: four warps of 16*kSlices query rows. D = 64 defaults to two slices (32 rows per warp):
-// each K/V fragment loaded from shared memory feeds twice as many mma. For D = 128 one slice keeps the Q
-// fragments, S and the O accumulator within the register budget (two slices spill).
+// <kD, kSlices, kMinBlocks>: four warps of 16*kSlices query rows. D = 64 defaults to two slices (32 rows
+// per warp): each K/V fragment loaded from shared memory feeds twice as many mma. The one-slice form needs
+// about 135 registers, so three CTAs (12 warps) share an SM. For D = 128 one slice keeps the Q fragments,
+// S and the O accumulator within the register budget (two slices spill).
 constexpr FwdVariant kFwdVariants[] = {
-    {"fwd d64 rows128 (4 warps x 2 slices)", 64, &launch_attention_forward<64, 2>},
-    {"fwd d64 rows64 (4 warps x 1 slice)", 64, &launch_attention_forward<64, 1>},
-    {"fwd d128 rows64 (4 warps x 1 slice)", 128, &launch_attention_forward<128, 1>},
+    {"fwd d64 rows128 (4 warps x 2 slices)", 64, &launch_attention_forward<64, 2, 1>},
+    {"fwd d64 rows64 (4 warps x 1 slice, 3/SM)", 64, &launch_attention_forward<64, 1, 3>},
+    {"fwd d128 rows64 (4 warps x 1 slice)", 128, &launch_attention_forward<128, 1, 1>},
 };
 
 std::span<const FwdVariant> forward_variants() { return kFwdVariants; }
