@@ -85,7 +85,13 @@ LoadedModel load_model(const fs::path& path, const std::string& device) {
   m.config = run_config_from_json(ckpt.trainer["config"], trainer_file);
   if (!device.empty()) apply_overrides(m.config, {"train.device=" + device});
   m.recipe = parse_recipe(ckpt.trainer["recipe_toml"].get<std::string>(), trainer_file + " (recipe_toml)");
-  m.engine = make_engine(m.config, m.recipe);
+  try {
+    m.engine = make_engine(m.config, m.recipe);
+  } catch (const Error& e) {
+    if (!device.empty() || m.config.train.device == "cpu") throw;
+    FP4_THROW(e.what(), "\n(", dir.string(), " was trained on ", m.config.train.device,
+              "; pass --device cpu to use the CPU engine)");
+  }
   load_parameters(*m.engine, ckpt);
   return m;
 }

@@ -465,6 +465,27 @@ void validate(const RunConfig& c) {
   FP4_CHECK(!c.recipe.name.empty(), "recipe.name must not be empty");
   FP4_CHECK(o.warmup <= c.schedule_steps(), "optim.warmup ", o.warmup, " is longer than the schedule (",
             c.schedule_steps(), " steps)");
+  try {
+    make_lr_schedule(c);
+  } catch (const Error& e) {
+    FP4_THROW("[optim] ", e.what());
+  }
+}
+
+LrSchedule make_lr_schedule(const RunConfig& cfg) {
+  const auto& o = cfg.optim;
+  LrSchedule s;
+  s.kind = parse_schedule_kind(o.schedule, "optim.schedule");
+  s.peak_lr = o.lr;
+  s.warmup_steps = o.warmup;
+  s.total_steps = cfg.schedule_steps();
+  s.final_ratio = o.final_ratio;
+  if (s.kind == ScheduleKind::kWsd) {
+    s.decay_steps = std::max<int64_t>(1, std::llround(o.decay_fraction * static_cast<double>(s.total_steps)));
+    s.decay_shape = parse_decay_shape(o.decay_shape, "optim.decay_shape");
+  }
+  validate(s);
+  return s;
 }
 
 nlohmann::json to_json(const RunConfig& cfg) {

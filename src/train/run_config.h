@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "optim/schedule.h"
 
 namespace fp4 {
 
@@ -87,6 +88,10 @@ void apply_overrides(RunConfig& cfg, const std::vector<std::string>& overrides);
 
 // Throws fp4::Error naming the field when a value is out of range or inconsistent.
 void validate(const RunConfig& cfg);
+
+// The LR schedule of a run config (peak optim.lr over cfg.schedule_steps()); throws fp4::Error when
+// the [optim] keys do not make a valid schedule.
+LrSchedule make_lr_schedule(const RunConfig& cfg);
 
 // Every key with its value, by section; run_config_from_json reads it back (origin names the file).
 nlohmann::json to_json(const RunConfig& cfg);

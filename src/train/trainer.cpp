@@ -13,22 +13,6 @@
 namespace fp4 {
 namespace fs = std::filesystem;
 
-LrSchedule make_lr_schedule(const RunConfig& cfg) {
-  const auto& o = cfg.optim;
-  LrSchedule s;
-  s.kind = parse_schedule_kind(o.schedule, "optim.schedule");
-  s.peak_lr = o.lr;
-  s.warmup_steps = o.warmup;
-  s.total_steps = cfg.schedule_steps();
-  s.final_ratio = o.final_ratio;
-  if (s.kind == ScheduleKind::kWsd) {
-    s.decay_steps = std::max<int64_t>(1, std::llround(o.decay_fraction * static_cast<double>(s.total_steps)));
-    s.decay_shape = parse_decay_shape(o.decay_shape, "optim.decay_shape");
-  }
-  validate(s);
-  return s;
-}
-
 Recipe load_run_recipe(const RecipeConfig& cfg) {
   std::vector<std::string> overrides;
   for (const auto& [k, v] : cfg.overrides) overrides.push_back(k + "=" + v);

@@ -12,7 +12,6 @@
 
 #include "data/loader.h"
 #include "model/engine.h"
-#include "optim/schedule.h"
 #include "recipe/recipe.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
@@ -37,9 +36,6 @@ struct TrainResult {
   std::filesystem::path last_checkpoint;  // empty if none was written or found
   int stop_signal = 0;  // SIGINT/SIGTERM that stopped the run early (checkpoint saved, no final eval), or 0
 };
-
-// The LR schedule of a run config (peak optim.lr over cfg.schedule_steps()).
-LrSchedule make_lr_schedule(const RunConfig& cfg);
 
 // The recipe of a run config: the preset or TOML file recipe.name with recipe.overrides applied.
 Recipe load_run_recipe(const RecipeConfig& cfg);

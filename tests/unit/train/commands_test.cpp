@@ -8,7 +8,9 @@
 #include "data/manifest.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/file_io.h"
 #include "train/metrics.h"
+#include "train/sha256.h"
 
 namespace fp4 {
 namespace {
@@ -81,6 +83,31 @@ TEST_F(CommandsTest, ArgumentsMapToConfigKeys) {
   EXPECT_EQ(run_config_from_args(a).train.out_dir, "y");
   a.recipe = "nonexistent-recipe";
   EXPECT_THAT(error_of([&] { train_command(a); }), HasSubstr("nonexistent-recipe"));
+}
+
+TEST_F(CommandsTest, DeviceOverrideForEvalAndSample) {
+  TrainArgs a = train_args("run");
+  a.sets.push_back("train.steps=3");
+  const TrainResult r = train_command(a);
+  EXPECT_EQ(load_model(tmp_ / "run", "cpu").engine->device_name().substr(0, 3), "cpu");
+  // A run recorded as trained on the GPU: without the CUDA engine the error says how to use the CPU.
+  auto trainer = nlohmann::json::parse(read_file(r.last_checkpoint / "trainer.json"));
+  trainer["config"]["train"]["device"] = "cuda";
+  write_file_synced(r.last_checkpoint / "trainer.json", trainer.dump());
+  auto manifest = nlohmann::json::parse(read_file(r.last_checkpoint / "manifest.json"));
+  manifest["files"]["trainer.json"] = {{"bytes", fs::file_size(r.last_checkpoint / "trainer.json")},
+                                       {"sha256", sha256_file(r.last_checkpoint / "trainer.json")}};
+  write_file_synced(r.last_checkpoint / "manifest.json", manifest.dump());
+  if (load_model(tmp_ / "run", "cpu").engine->device_name().substr(0, 3) == "cpu") {
+    try {
+      load_model(tmp_ / "run");
+      SUCCEED() << "this build has a CUDA engine and a GPU";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("pass --device cpu"));
+    }
+  }
+  EXPECT_THAT(error_of([&] { load_model(tmp_ / "run", "tpu"); }),
+              HasSubstr("train.device must be cpu or cuda"));
 }
 
 TEST_F(CommandsTest, LoadModelNeedsACheckpoint) {
