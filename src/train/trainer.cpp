@@ -22,8 +22,20 @@ Recipe load_run_recipe(const RecipeConfig& cfg) {
 Trainer::Trainer(RunConfig cfg, TrainerOptions options)
     : cfg_(std::move(cfg)), options_(std::move(options)), run_dir_(cfg_.train.out_dir) {
   validate(cfg_);
+  const bool new_dir = !fs::exists(run_dir_);
   fs::create_directories(run_dir_);
   lock_ = std::make_unique<RunLock>(run_dir_);
+  try {
+    set_up();
+  } catch (...) {
+    // A run that could not start leaves no empty run directory behind.
+    lock_.reset();
+    if (new_dir) fs::remove_all(run_dir_);
+    throw;
+  }
+}
+
+void Trainer::set_up() {
   recipe_ = load_run_recipe(cfg_.recipe);
   recipe_toml_ = to_toml(recipe_);
   schedule_ = make_lr_schedule(cfg_);

@@ -61,6 +61,7 @@ class Trainer {
   const std::filesystem::path& run_dir() const { return run_dir_; }
 
  private:
+  void set_up();  // everything after the run dir is locked
   void log(const std::string& line);
   nlohmann::json trainer_state() const;
   std::filesystem::path save(Progress& progress);
