@@ -22,7 +22,8 @@ Recipe load_run_recipe(const RecipeConfig& cfg) {
 Trainer::Trainer(RunConfig cfg, TrainerOptions options)
     : cfg_(std::move(cfg)), options_(std::move(options)), run_dir_(cfg_.train.out_dir) {
   validate(cfg_);
-  const bool new_dir = !fs::exists(run_dir_);
+  fs::path created;  // the outermost directory of run_dir_ that does not exist yet
+  for (fs::path p = fs::absolute(run_dir_); !fs::exists(p); p = p.parent_path()) created = p;
   fs::create_directories(run_dir_);
   lock_ = std::make_unique<RunLock>(run_dir_);
   try {
@@ -30,7 +31,7 @@ Trainer::Trainer(RunConfig cfg, TrainerOptions options)
   } catch (...) {
     // A run that could not start leaves no empty run directory behind.
     lock_.reset();
-    if (new_dir) fs::remove_all(run_dir_);
+    if (!created.empty()) fs::remove_all(created);
     throw;
   }
 }

@@ -260,11 +260,11 @@ TEST_F(TrainerTest, PreparesTextOnFirstUse) {
 }
 
 TEST_F(TrainerTest, MissingDataNamesWhatToRun) {
-  auto c = config("run", 2);
+  auto c = config("run/nested", 2);
   c.data.train_dir = (tmp_ / "no-shards").string();
   c.data.train_text = (tmp_ / "no-corpus").string();
   EXPECT_THAT(error_of([&] { Trainer t(c, quiet()); }), HasSubstr("scripts/fetch_corpus.sh"));
-  EXPECT_FALSE(fs::exists(c.train.out_dir));  // a run that cannot start leaves nothing behind
+  EXPECT_FALSE(fs::exists(tmp_ / "run"));  // a run that cannot start leaves nothing behind
   c.data.train_text = "";
   EXPECT_THAT(error_of([&] { Trainer t(c, quiet()); }), HasSubstr("fp4train prepare"));
   c.data.train_text = (tmp_ / "text/train").string();
