@@ -49,6 +49,7 @@ class CpuEngine final : public TrainingEngine {
   CpuEngine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed)
       : model_(cfg, checked(recipe)), adam_(model_.params()) {
     model_.init_parameters(seed);
+    model_.quant_context().seed = seed;
     static const bool advised = [] {  // once per process
       const std::string advice = cpu::blas_advice();
       if (!advice.empty()) std::cerr << "fp4train: " << advice << "\n";
@@ -77,7 +78,10 @@ class CpuEngine final : public TrainingEngine {
     // tokens, exactly as one large batch would be.
     const float grad_scale = static_cast<float>(1.0 / static_cast<double>(total));
     cpu::LossSums sums;
-    for (const Batch& mb : micro_batches) {
+    for (size_t i = 0; i < micro_batches.size(); ++i) {
+      const Batch& mb = micro_batches[i];
+      // Quantized layers draw fresh SR bits and RHT signs per forward: index them by (step, micro-batch).
+      model_.quant_context().call = (static_cast<uint64_t>(step) << 8) | (i & 0xFF);
       model_.forward(mb.tokens.data(), mb.batch, mb.seq);
       const auto s = model_.loss(mb.targets.data(), true, grad_scale);
       if (!std::isfinite(s.loss)) FP4_THROW(where, ": loss is ", s.loss, "; ", diagnose_forward());

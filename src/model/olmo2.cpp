@@ -17,7 +17,7 @@ Olmo2Model::Olmo2Model(const ModelConfig& cfg, const Recipe& recipe) : cfg_(cfg)
   const int64_t d = cfg_.d_model, v = cfg_.vocab_size;
   embed_ = params_.add("embed", {v, d}, false, ParamInit::kNormal);
   for (int l = 0; l < cfg_.n_layers; ++l)
-    blocks_.push_back(std::make_unique<Block>(params_, cfg_, recipe, l));
+    blocks_.push_back(std::make_unique<Block>(params_, cfg_, recipe, l, &quant_ctx_));
   final_norm_ = params_.add("final_norm", {d}, false, ParamInit::kOnes);
   lm_head_ = params_.add("lm_head", {v, d}, true, ParamInit::kNormal);
   params_.allocate();

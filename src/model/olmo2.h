@@ -31,6 +31,10 @@ class Olmo2Model {
   // the RNG stream of (seed, i).
   void init_parameters(uint64_t seed);
 
+  // The quantized linears' random streams: the run seed and a per-forward call index, which the engine
+  // sets before each forward (a pure function of step and micro-batch, so resumed runs repeat it).
+  QuantContext& quant_context() { return quant_ctx_; }
+
   // Forward through the final norm for tokens [b][t] (checked against the vocabulary and max_seq_len).
   void forward(const int32_t* tokens, int b, int t);
 
@@ -53,6 +57,7 @@ class Olmo2Model {
   void resize(int b, int t);
 
   ModelConfig cfg_;
+  QuantContext quant_ctx_;
   ParameterSet params_;
   int embed_ = -1;
   std::vector<std::unique_ptr<Block>> blocks_;

@@ -17,8 +17,9 @@ namespace fp4 {
 class Attention {
  public:
   // Registers prefix.wqkv [3d][d], prefix.q_norm [d], prefix.k_norm [d], prefix.wo [d][d].
+  // quant_ctx: the model's quantization context, needed when the recipe quantizes these linears.
   Attention(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg, const Recipe& recipe,
-            int layer);
+            int layer, const QuantContext* quant_ctx = nullptr);
 
   void resize(int b, int t);
   // y [n][d] from x [n][d]; x must stay valid until backward.

@@ -4,13 +4,14 @@
 
 namespace fp4 {
 
-Block::Block(ParameterSet& params, const ModelConfig& cfg, const Recipe& recipe, int layer)
+Block::Block(ParameterSet& params, const ModelConfig& cfg, const Recipe& recipe, int layer,
+             const QuantContext* quant_ctx)
     : params_(params),
       cfg_(cfg),
       name_("blocks." + std::to_string(layer)),
-      attn_(params, name_ + ".attn", cfg, recipe, layer),
+      attn_(params, name_ + ".attn", cfg, recipe, layer, quant_ctx),
       attn_norm_(params.add(name_ + ".attn_norm", {cfg.d_model}, false, ParamInit::kOnes)),
-      mlp_(params, name_ + ".mlp", cfg, recipe, layer),
+      mlp_(params, name_ + ".mlp", cfg, recipe, layer, quant_ctx),
       mlp_norm_(params.add(name_ + ".mlp_norm", {cfg.d_model}, false, ParamInit::kOnes)) {}
 
 void Block::resize(int b, int t) {

@@ -19,7 +19,8 @@ class Block {
  public:
   // Parameters in registration order: attn.{wqkv, q_norm, k_norm, wo}, attn_norm, mlp.{w_gate_up, w_down},
   // mlp_norm, all under "blocks.<layer>.".
-  Block(ParameterSet& params, const ModelConfig& cfg, const Recipe& recipe, int layer);
+  Block(ParameterSet& params, const ModelConfig& cfg, const Recipe& recipe, int layer,
+        const QuantContext* quant_ctx = nullptr);
 
   void resize(int b, int t);
   // out [n][d] from x [n][d]; x must stay valid until backward. out must not alias x.

@@ -38,22 +38,39 @@ class DenseLinear final : public Linear {
   int saved_n_ = 0;
 };
 
-std::string quantized_operands(const LinearPolicy& p) {
-  static const char* kNames[kNumOperands] = {"Q1 X", "Q2 W", "Q3 dY", "Q4 W^T", "Q5 dY^T", "Q6 X^T"};
-  std::string s;
-  for (int i = 0; i < kNumOperands; ++i)
-    if (p.q[static_cast<size_t>(i)].quantized()) s += (s.empty() ? "" : ", ") + std::string(kNames[i]);
-  return s;
-}
+// The NVFP4 layer: QuantLinearCpu on this layer's weight; it keeps only packed backward operands.
+class QuantizedLinear final : public Linear {
+ public:
+  QuantizedLinear(ParameterSet& params, LinearSpec spec)
+      : Linear(std::move(spec)),
+        params_(params),
+        weight_(params.add(spec_.name, {spec_.out_features, spec_.in_features}, true, ParamInit::kNormal)),
+        impl_(spec_.policy, spec_.in_features, spec_.out_features, spec_.layer_id, spec_.name) {}
+
+  void forward(const float* x, float* y, int n) override {
+    impl_.forward(x, params_.value(weight_).data(), y, n, *spec_.quant_ctx);
+  }
+
+  void backward(const float* dy, float* dx, int n, bool accumulate_dx) override {
+    impl_.backward(dy, dx, params_.grad(weight_).data(), n, accumulate_dx);
+  }
+
+ private:
+  ParameterSet& params_;
+  int weight_;
+  QuantLinearCpu impl_;
+};
 
 }  // namespace
 
 std::unique_ptr<Linear> make_linear(ParameterSet& params, const LinearSpec& spec) {
   FP4_CHECK(spec.in_features > 0 && spec.out_features > 0, "linear ", spec.name, ": bad shape [",
             spec.out_features, ", ", spec.in_features, "]");
-  if (spec.policy.quantized())
-    FP4_THROW("linear ", spec.name, ": recipe ", spec.recipe_name, " needs the NVFP4 linear path (quantized ",
-              quantized_operands(spec.policy), "), which this build does not provide");
+  if (spec.policy.quantized()) {
+    FP4_CHECK(spec.quant_ctx != nullptr, "linear ", spec.name, ": recipe ", spec.recipe_name,
+              " quantizes it but the model gave it no quantization context");
+    return std::make_unique<QuantizedLinear>(params, spec);
+  }
   return std::make_unique<DenseLinear>(params, spec);
 }
 

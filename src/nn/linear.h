@@ -7,6 +7,7 @@
 #include <string>
 
 #include "nn/parameters.h"
+#include "nn/quant_linear.h"
 #include "recipe/recipe.h"
 
 namespace fp4 {
@@ -17,6 +18,8 @@ struct LinearSpec {
   int out_features = 0;
   LinearPolicy policy;
   std::string recipe_name;  // for error messages
+  uint32_t layer_id = 0;    // distinct per linear of a model: its random streams
+  const QuantContext* quant_ctx = nullptr;  // the engine's seed and call counter (quantized layers)
 };
 
 class Linear {
@@ -35,8 +38,13 @@ class Linear {
   LinearSpec spec_;
 };
 
+// The random-stream id of linear `kind` of block `layer`.
+inline uint32_t linear_id(int layer, LinearKind kind) {
+  return static_cast<uint32_t>(layer) * kNumLinearKinds + static_cast<uint32_t>(kind);
+}
+
 // Registers the weight [out][in] (weight decay, normal init) in `params` and returns the layer.
-// Throws fp4::Error when the policy quantizes an operand: that needs the NVFP4 linear path.
+// A policy that quantizes any operand gives the NVFP4 layer (QuantLinearCpu), which needs quant_ctx.
 std::unique_ptr<Linear> make_linear(ParameterSet& params, const LinearSpec& spec);
 
 }  // namespace fp4

@@ -5,12 +5,14 @@
 namespace fp4 {
 
 Mlp::Mlp(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg, const Recipe& recipe,
-         int layer)
+         int layer, const QuantContext* quant_ctx)
     : cfg_(cfg) {
   gate_up_ = make_linear(params, {prefix + ".w_gate_up", cfg.d_model, 2 * cfg.d_ff,
-                                  recipe.policy_for(layer, cfg.n_layers, LinearKind::kGateUp), recipe.name});
+                                  recipe.policy_for(layer, cfg.n_layers, LinearKind::kGateUp), recipe.name,
+                                  linear_id(layer, LinearKind::kGateUp), quant_ctx});
   down_ = make_linear(params, {prefix + ".w_down", cfg.d_ff, cfg.d_model,
-                               recipe.policy_for(layer, cfg.n_layers, LinearKind::kDown), recipe.name});
+                               recipe.policy_for(layer, cfg.n_layers, LinearKind::kDown), recipe.name,
+                               linear_id(layer, LinearKind::kDown), quant_ctx});
 }
 
 void Mlp::resize(int b, int t) {

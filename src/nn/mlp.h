@@ -18,7 +18,7 @@ class Mlp {
  public:
   // Registers prefix.w_gate_up [2 ff][d] (rows 0..ff gate, ff..2ff up) and prefix.w_down [d][ff].
   Mlp(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg, const Recipe& recipe,
-      int layer);
+      int layer, const QuantContext* quant_ctx = nullptr);
 
   void resize(int b, int t);
   // y [n][d] from x [n][d]; x must stay valid until backward.
