@@ -11,7 +11,6 @@
 
 #include "test_util.h"
 #include "train/checkpoint.h"
-#include "train/engine_factory.h"
 #include "train/file_io.h"
 #include "train/sha256.h"
 
@@ -285,15 +284,6 @@ TEST_F(TrainerTest, VocabularyMustFitTheModel) {
   c.model.vocab_size = 256;
   EXPECT_THAT(error_of([&] { Trainer t(c, quiet()); }),
               HasSubstr("the tokenizer's vocabulary (257) does not fit model.vocab_real 200"));
-}
-
-TEST(EngineFactory, CudaWithoutTheCudaEngineIsAClearError) {
-  RunConfig c = default_run_config();
-  c.model = testing::small_model();
-  c.train.device = "cuda";
-  EXPECT_THAT(error_of([&] { make_engine(c, Recipe{}); }), HasSubstr("CUDA"));
-  c.train.device = "cpu";
-  EXPECT_EQ(make_engine(c, Recipe{})->device_name().substr(0, 3), "cpu");
 }
 
 TEST(LrSchedule, FollowsTheConfig) {
