@@ -4,6 +4,9 @@
 
 #include "core/error.h"
 #include "gradcheck.h"
+#include "ops/ops.h"
+#include <cmath>
+#include <random>
 
 namespace fp4 {
 namespace {
@@ -70,7 +73,7 @@ TEST(Linear, BackwardWithoutMatchingForwardThrows) {
   EXPECT_THROW(lin->backward(dy.data(), dx.data(), 2, false), Error);
 }
 
-TEST(Linear, QuantizedPolicyNeedsTheNvfp4Path) {
+TEST(Linear, QuantizedPolicyNeedsAQuantContext) {
   ParameterSet ps;
   LinearPolicy policy;
   policy[Operand::kQ1X].format = QuantFormat::kNvfp4;
@@ -80,11 +83,25 @@ TEST(Linear, QuantizedPolicyNeedsTheNvfp4Path) {
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("linear blocks.0.attn.wqkv: recipe tetrajet-v2 needs the NVFP4 linear path"),
-              std::string::npos)
-        << msg;
-    EXPECT_NE(msg.find("Q1 X, Q3 dY"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("linear blocks.0.attn.wqkv: recipe tetrajet-v2 quantizes it"), std::string::npos) << msg;
   }
+  // With a context the NVFP4 layer is built, and its forward differs from the dense product only by the
+  // quantization of X (Q1) here.
+  QuantContext ctx{3, 0};
+  ParameterSet ps2;
+  auto layer = make_linear(ps2, {"blocks.0.attn.wqkv", 128, 384, policy, "tetrajet-v2", 0, &ctx});
+  ps2.allocate();
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& w : ps2.values()) w = 0.05f * nd(rng);
+  std::vector<float> x(16 * 128), y(16 * 384), y_ref(16 * 384);
+  for (auto& v : x) v = nd(rng);
+  layer->forward(x.data(), y.data(), 16);
+  cpu::gemm(false, true, 16, 384, 128, 1.0f, x.data(), 128, ps2.value(0).data(), 128, 0.0f, y_ref.data(), 384);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < y.size(); ++i) num += (y[i] - y_ref[i]) * (y[i] - y_ref[i]), den += y_ref[i] * y_ref[i];
+  EXPECT_GT(std::sqrt(num / den), 1e-3);  // quantized
+  EXPECT_LT(std::sqrt(num / den), 0.2);   // but close
 }
 
 }  // namespace
