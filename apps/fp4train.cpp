@@ -4,7 +4,12 @@
 #include <exception>
 
 #include "core/error.h"
+#include "report/report.h"
 #include "train/commands.h"
+#include "train/engine_factory.h"
+#ifdef FP4_HAVE_CUDA
+#include "model/cuda/cuda_engine.h"
+#endif
 
 namespace {
 
@@ -67,9 +72,36 @@ void add_sample(CLI::App& app, fp4::SampleArgs& a) {
   cmd->add_option("--tokenizer", a.tokenizer, "tokenizer spec (default: the run's)");
 }
 
+struct ReportArgs {
+  std::vector<std::string> runs;
+  fp4::ReportOptions options;
+  std::string svg = "loss_curves.svg";
+};
+
+void add_report(CLI::App& app, ReportArgs& a) {
+  auto* cmd = app.add_subcommand("report", "compare runs: loss curves as an SVG picture and a Markdown table");
+  cmd->add_option("runs", a.runs, "run directories (each with metrics.jsonl)")->required()->check(CLI::ExistingDirectory);
+  cmd->add_option("--svg", a.svg, "where to write the picture")->capture_default_str();
+  cmd->add_option("--baseline", a.options.baseline, "recipe the gaps are measured against")->capture_default_str();
+  cmd->add_option("--reference", a.options.reference, "recipe whose gap the others are compared with")
+      ->capture_default_str();
+  cmd->add_option("--title", a.options.title, "picture title")->capture_default_str();
+}
+
+void report_command(ReportArgs& a) {
+  std::vector<fp4::RunSummary> runs;
+  for (const auto& r : a.runs) runs.push_back(fp4::summarize_run(r));
+  a.options.svg_path = a.svg;
+  std::fputs(fp4::write_report(runs, a.options).c_str(), stdout);
+  std::fprintf(stderr, "loss curves written to %s\n", a.svg.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef FP4_HAVE_CUDA
+  fp4::register_cuda_engine(&fp4::make_cuda_engine);
+#endif
   CLI::App app{
       "fp4train: fully quantized NVFP4 LLM pretraining (OLMo-2 models).\n"
       "Without a subcommand, trains the tiny model on the CPU (same as `fp4train train`)."};
@@ -82,6 +114,8 @@ int main(int argc, char** argv) {
   add_prepare(app, prepare);
   add_eval(app, eval);
   add_sample(app, sample);
+  ReportArgs report;
+  add_report(app, report);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -94,6 +128,8 @@ int main(int argc, char** argv) {
       fp4::eval_command(eval);
     else if (app.got_subcommand("sample"))
       fp4::sample_command(sample);
+    else if (app.got_subcommand("report"))
+      report_command(report);
     else if (const auto r = fp4::train_command(train); r.stop_signal != 0)
       return 128 + r.stop_signal;  // the shell convention for "ended by signal N"
   } catch (const fp4::Error& e) {

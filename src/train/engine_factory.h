@@ -14,4 +14,10 @@ namespace fp4 {
 // the device is not available in this build.
 std::unique_ptr<TrainingEngine> make_engine(const RunConfig& cfg, const Recipe& recipe);
 
+// The CUDA engine lives in the fp4_cuda library, which the trainer library does not link: a program built
+// with CUDA registers its factory once at start (apps/fp4train.cpp does), then device = "cuda" uses it.
+using CudaEngineFactory = std::unique_ptr<TrainingEngine> (*)(const ModelConfig& cfg, const Recipe& recipe,
+                                                              uint64_t seed, int device);
+void register_cuda_engine(CudaEngineFactory factory);
+
 }  // namespace fp4
