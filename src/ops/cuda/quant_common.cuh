@@ -70,20 +70,20 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return static_cast<uint32_t>(bf16_bits_rne(lo)) | (static_cast<uint32_t>(bf16_bits_rne(hi)) << 16);
 }
 
-// Four values at element i0 (a multiple of 4) as FP32 or BF16 (round to nearest even).
-template <QuantIoType T>
-__device__ __forceinline__ void store4(void* base, int64_t i0, float a, float b, float c, float d) {
-  if constexpr (T == QuantIoType::kF32) {
-    *reinterpret_cast<float4*>(static_cast<float*>(base) + i0) = make_float4(a, b, c, d);
-  } else {
-    *reinterpret_cast<uint2*>(static_cast<uint16_t*>(base) + i0) = make_uint2(pack_bf16x2(a, b), pack_bf16x2(c, d));
-  }
-}
-
+// 16 values at element i0 (a multiple of 16) as FP32 or BF16 (round to nearest even), in 16-byte stores.
 template <QuantIoType T>
 __device__ __forceinline__ void store16(void* base, int64_t i0, const float (&v)[16]) {
+  if constexpr (T == QuantIoType::kF32) {
+    float4* p = reinterpret_cast<float4*>(static_cast<float*>(base) + i0);
 #pragma unroll
-  for (int q = 0; q < 4; ++q) store4<T>(base, i0 + 4 * q, v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+    for (int q = 0; q < 4; ++q) p[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+  } else {
+    uint4* p = reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + i0);
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+      p[q] = make_uint4(pack_bf16x2(v[8 * q], v[8 * q + 1]), pack_bf16x2(v[8 * q + 2], v[8 * q + 3]),
+                        pack_bf16x2(v[8 * q + 4], v[8 * q + 5]), pack_bf16x2(v[8 * q + 6], v[8 * q + 7]));
+  }
 }
 
 // ------------------------------------------------------------------ RHT on 16-element blocks
@@ -217,27 +217,36 @@ __device__ __forceinline__ uint8_t scale_block128_16(const Nvfp4Params& p, const
   return bad ? kE4m3Nan : s;
 }
 
-// Packed codes (8 bytes, low nibble = even element) of a block whose first element has operand index idx0
-// (a multiple of 4: SR words idx0 + i). Tensor outer scale: e_b from the rounded scale; block128:
-// p = s_in * s_out.
-__device__ __forceinline__ uint2 encode16(const Nvfp4Params& p, const float (&v)[16], uint8_t scale, float s_out,
-                                         uint64_t idx0) {
-  const float e_b = p.block128 ? 0.0f : nvfp4_encode_multiplier(scale, p.ts.s_dec);
-  const float prod = p.block128 ? e4m3_decode(scale) * s_out : 0.0f;
+// Packed codes (8 bytes, low nibble = even element) of a block, one rounding and outer-scale mode fixed at
+// compile time so the element loop has no per-element selects. `mult` is e_b (tensor) or p (block128).
+template <bool kBlock128, bool kSr>
+__device__ __forceinline__ uint2 encode16_mode(const float (&v)[16], float mult, const RngStream& rng, uint64_t idx0) {
   uint32_t w[2] = {0, 0};
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     Philox4 r{{0, 0, 0, 0}};
-    if (p.sr) r = philox_block(p.rng, (idx0 >> 2) + q);
+    if constexpr (kSr) r = philox_block(rng, (idx0 >> 2) + q);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int i = 4 * q + k;
-      const uint8_t code = p.block128 ? nvfp4_encode_block128(v[i], prod, p.sr, r.v[k])
-                                      : nvfp4_encode_tensor(v[i], e_b, p.sr, r.v[k]);
+      const uint8_t code = kBlock128 ? nvfp4_encode_block128(v[i], mult, kSr, r.v[k])
+                                     : nvfp4_encode_tensor(v[i], mult, kSr, r.v[k]);
       w[i >> 3] |= static_cast<uint32_t>(code) << (4 * (i & 7));
     }
   }
   return make_uint2(w[0], w[1]);
+}
+
+// Codes of a block whose first element has operand index idx0 (a multiple of 4: SR words idx0 + i).
+// Tensor outer scale: e_b from the rounded scale; block128: p = s_in * s_out.
+__device__ __forceinline__ uint2 encode16(const Nvfp4Params& p, const float (&v)[16], uint8_t scale, float s_out,
+                                         uint64_t idx0) {
+  if (p.block128) {
+    const float prod = e4m3_decode(scale) * s_out;
+    return p.sr ? encode16_mode<true, true>(v, prod, p.rng, idx0) : encode16_mode<true, false>(v, prod, p.rng, idx0);
+  }
+  const float e_b = nvfp4_encode_multiplier(scale, p.ts.s_dec);
+  return p.sr ? encode16_mode<false, true>(v, e_b, p.rng, idx0) : encode16_mode<false, false>(v, e_b, p.rng, idx0);
 }
 
 __device__ __forceinline__ uint8_t code_at(uint2 packed, int i) {
@@ -261,15 +270,15 @@ __device__ __forceinline__ uint2 quantize_block16(const Nvfp4Params& p, const fl
 // Dequantized values of a block, as Nvfp4Tensor::value / dequantize(..., apply_tensor_scale).
 __device__ __forceinline__ void decode16(uint2 packed, uint8_t scale, float outer, bool block128,
                                          bool apply_tensor_scale, float (&out)[16]) {
+  if (block128) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const uint8_t code = code_at(packed, i);
-    if (block128)
-      out[i] = nvfp4_decode_block128(code, scale, outer);
-    else if (apply_tensor_scale)
-      out[i] = nvfp4_decode_tensor(code, scale, outer);
-    else
-      out[i] = e2m1_decode(code) * e4m3_decode(scale);
+    for (int i = 0; i < 16; ++i) out[i] = nvfp4_decode_block128(code_at(packed, i), scale, outer);
+  } else if (apply_tensor_scale) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) out[i] = nvfp4_decode_tensor(code_at(packed, i), scale, outer);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) out[i] = e2m1_decode(code_at(packed, i)) * e4m3_decode(scale);
   }
 }
 
