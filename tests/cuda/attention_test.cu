@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -325,6 +326,10 @@ struct Case {
   Shape s;
   Layout lay;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << describe(c.s) << " pads qkv/out/dqkv " << c.lay.qkv_pad << "/" << c.lay.out_pad << "/" << c.lay.dqkv_pad;
+}
 
 class AttentionShapes : public ::testing::TestWithParam<Case> {};
 
