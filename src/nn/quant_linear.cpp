@@ -19,20 +19,19 @@ QuantLinearCpu::QuantLinearCpu(const LinearPolicy& policy, int in_features, int 
             ": an RHT on the forward GEMM is not supported (the backward would need its inverse)");
 }
 
-QuantRandomness QuantLinearCpu::randomness(const QuantContext& ctx, QuantPurpose sr, QuantPurpose rht,
-                                           int rht_n) const {
+QuantRandomness quant_randomness(const LinearPolicy& policy, const QuantContext& ctx, uint32_t layer_id,
+                                 QuantPurpose sr, QuantPurpose rht, int rht_n) {
   const auto call = static_cast<uint32_t>(ctx.call);
   QuantRandomness r;
-  r.sr = RngStream{ctx.seed, make_stream(layer_id_, call, static_cast<uint32_t>(sr))};
+  r.sr = RngStream{ctx.seed, make_stream(layer_id, call, static_cast<uint32_t>(sr))};
   if (rht_n > 0) {
-    if (policy_.rht_fresh_signs)
-      r.signs = rht_signs_from_seed(
-          RngStream{ctx.seed, make_stream(layer_id_, call, static_cast<uint32_t>(rht))}, rht_n);
+    if (policy.rht_fresh_signs)
+      r.signs = rht_signs_from_seed(RngStream{ctx.seed, make_stream(layer_id, call, static_cast<uint32_t>(rht))},
+                                    rht_n);
     else if (rht_n == 16)
       r.signs = rht_signs_nvidia16();
     else  // fixed signs of another size: one vector for the whole run, the same in every layer
-      r.signs =
-          rht_signs_from_seed(RngStream{ctx.seed, make_stream(0, 0, static_cast<uint32_t>(rht))}, rht_n);
+      r.signs = rht_signs_from_seed(RngStream{ctx.seed, make_stream(0, 0, static_cast<uint32_t>(rht))}, rht_n);
   }
   return r;
 }

@@ -20,6 +20,11 @@ struct QuantContext {
 // RNG purposes inside one call of one layer.
 enum class QuantPurpose : uint32_t { kSrQ1 = 1, kSrQ2, kSrQ3, kSrQ4, kSrQ5, kSrQ6, kRhtDx, kRhtDw };
 
+// The SR stream and RHT signs of quantizer `sr` (whose GEMM uses the RHT signs of purpose `rht`) in call
+// ctx.call of layer `layer_id`. The CPU and CUDA layers both use this, so their operands are bit-identical.
+QuantRandomness quant_randomness(const LinearPolicy& policy, const QuantContext& ctx, uint32_t layer_id,
+                                 QuantPurpose sr, QuantPurpose rht, int rht_n);
+
 class QuantLinearCpu {
  public:
   QuantLinearCpu(const LinearPolicy& policy, int in_features, int out_features, uint32_t layer_id,
@@ -40,7 +45,9 @@ class QuantLinearCpu {
   uint64_t nonfinite_inputs() const { return nonfinite_; }
 
  private:
-  QuantRandomness randomness(const QuantContext& ctx, QuantPurpose sr, QuantPurpose rht, int rht_n) const;
+  QuantRandomness randomness(const QuantContext& ctx, QuantPurpose sr, QuantPurpose rht, int rht_n) const {
+    return quant_randomness(policy_, ctx, layer_id_, sr, rht, rht_n);
+  }
 
   LinearPolicy policy_;
   int in_, out_;
