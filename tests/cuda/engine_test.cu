@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -32,6 +33,7 @@
 #include "ops/cuda/swiglu_cuda.h"
 #include "ops/ops.h"
 #include "optim/grad_clip.h"
+#include "recipe/recipe_io.h"
 
 namespace fp4 {
 namespace {
@@ -660,15 +662,70 @@ std::vector<float> read_param(const TrainingEngine& e, const ParameterInfo& p) {
   return v;
 }
 
-class CudaEngineVsCpu : public ::testing::TestWithParam<std::string> {};
+// A model config and a recipe, with the tolerances of that recipe against the CPU engine. Quantized
+// recipes use the same random bits on both engines, but BF16 activations move some values across an FP4
+// rounding boundary, so their bounds are wider.
+struct EngineCase {
+  const char* config;
+  const char* recipe;
+  double loss_tol, grad_tol, curve_tol;
+};
 
-TEST_P(CudaEngineVsCpu, SameInitialWeightsAndGradientsWithinBf16Tolerance) {
+std::string case_name(const ::testing::TestParamInfo<EngineCase>& info) {
+  std::string s = std::string(info.param.config) + "_" + info.param.recipe;
+  for (auto& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return s;
+}
+
+struct CpuGradients {
+  double loss = 0, ce = 0, norm = 0;
+  int64_t tokens = 0;
+  std::vector<std::vector<float>> grads;  // per parameter, in order
+};
+
+// The CPU model's gradients for the micro-batches of step 1, as CpuEngine::train_step computes them
+// (same loss scaling, same quantization context).
+CpuGradients cpu_gradients(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed,
+                           const std::vector<Batch>& batches) {
+  Olmo2Model ref(cfg, recipe);
+  ref.init_parameters(seed);
+  ref.quant_context().seed = seed;
+  CpuGradients out;
+  for (const auto& b : batches)
+    for (int32_t t : b.targets) out.tokens += t >= 0;
+  ref.params().zero_grads();
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const Batch& b = batches[i];
+    ref.quant_context().call = (uint64_t{1} << 8) | i;
+    ref.forward(b.tokens.data(), b.batch, b.seq);
+    const auto s =
+        ref.loss(b.targets.data(), true, static_cast<float>(1.0 / static_cast<double>(out.tokens)));
+    out.loss += s.loss;
+    out.ce += s.ce;
+    ref.backward();
+  }
+  out.loss /= static_cast<double>(out.tokens);
+  out.ce /= static_cast<double>(out.tokens);
+  out.norm = global_grad_norm(ref.params());
+  for (int i = 0; i < ref.params().size(); ++i) {
+    const auto g = ref.params().grad(i);
+    out.grads.emplace_back(g.begin(), g.end());
+  }
+  return out;
+}
+
+class CudaEngineVsCpu : public ::testing::TestWithParam<EngineCase> {};
+
+TEST_P(CudaEngineVsCpu, SameInitialWeightsAndGradientsAtTheSameWeights) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  const ModelConfig cfg = engine_config(GetParam());
-  auto gpu = make_cuda_engine(cfg, Recipe{}, seed);
-  auto cpu = make_cpu_engine(cfg, Recipe{}, seed);
+  const EngineCase ec = GetParam();
+  const ModelConfig cfg = engine_config(ec.config);
+  const Recipe recipe = load_recipe(ec.recipe);
+  auto gpu = make_cuda_engine(cfg, recipe, seed);
+  auto cpu = make_cpu_engine(cfg, recipe, seed);
   EXPECT_NE(gpu->device_name().find("cuda:0"), std::string::npos);
   const auto params = cpu->parameters();
   const auto gparams = gpu->parameters();
@@ -684,79 +741,70 @@ TEST_P(CudaEngineVsCpu, SameInitialWeightsAndGradientsWithinBf16Tolerance) {
   auto* probe = dynamic_cast<GradientProbe*>(gpu.get());
   ASSERT_NE(probe, nullptr);
   const StepStats gs = probe->compute_gradients(batches);
-
-  Olmo2Model ref(cfg, Recipe{});
-  ref.init_parameters(seed);
-  int64_t total = 0;
-  for (const auto& b : batches)
-    for (int32_t t : b.targets) total += t >= 0;
-  ref.params().zero_grads();
-  double loss = 0, ce = 0;
-  for (const auto& b : batches) {
-    ref.forward(b.tokens.data(), b.batch, b.seq);
-    const auto s = ref.loss(b.targets.data(), true, static_cast<float>(1.0 / static_cast<double>(total)));
-    loss += s.loss;
-    ce += s.ce;
-    ref.backward();
-  }
-  loss /= static_cast<double>(total);
-  ce /= static_cast<double>(total);
-  const double norm = global_grad_norm(ref.params());
-  std::cout << "[" << cfg.name << "] loss cuda " << gs.loss << " cpu " << loss << ", grad norm cuda "
-            << gs.grad_norm << " cpu " << norm << "\n";
-  EXPECT_EQ(gs.tokens, total);
-  EXPECT_NEAR(gs.loss, loss, 1e-2 * loss);
-  EXPECT_NEAR(gs.ce_loss, ce, 1e-2 * ce);
-  EXPECT_NEAR(gs.grad_norm, norm, 3e-2 * norm);
+  const CpuGradients ref = cpu_gradients(cfg, recipe, seed, batches);
+  const std::string tag = "[" + cfg.name + ", " + recipe.name + "] ";
+  std::cout << tag << "loss cuda " << gs.loss << " cpu " << ref.loss << ", grad norm cuda " << gs.grad_norm
+            << " cpu " << ref.norm << "\n";
+  EXPECT_EQ(gs.tokens, ref.tokens);
+  EXPECT_NEAR(gs.loss, ref.loss, ec.loss_tol * ref.loss);
+  EXPECT_NEAR(gs.ce_loss, ref.ce, ec.loss_tol * ref.ce);
+  EXPECT_NEAR(gs.grad_norm, ref.norm, ec.grad_tol * ref.norm);
   double worst = 0;
   std::string worst_name;
-  for (int i = 0; i < ref.params().size(); ++i) {
-    const auto& info = ref.params().at(i).info;
-    std::vector<float> g(static_cast<size_t>(info.numel()));
-    probe->read_gradient(info.name, g);
-    const auto want = ref.params().grad(i);
-    const double e = rel_err(g, std::vector<float>(want.begin(), want.end()));
-    EXPECT_LT(e, 3e-2) << "gradient of " << info.name;
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::vector<float> g(static_cast<size_t>(params[i].numel()));
+    probe->read_gradient(params[i].name, g);
+    const double e = rel_err(g, ref.grads[i]);
+    EXPECT_LT(e, ec.grad_tol) << "gradient of " << params[i].name;
     if (e > worst) {
       worst = e;
-      worst_name = info.name;
+      worst_name = params[i].name;
     }
   }
-  std::cout << "[" << cfg.name << "] worst gradient relative error " << worst << " (" << worst_name << ")\n";
+  std::cout << tag << "worst gradient relative error " << worst << " (" << worst_name << ")\n";
 }
 
 TEST_P(CudaEngineVsCpu, TwentyStepsLowerTheLossAndTrackTheCpuCurve) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  const ModelConfig cfg = engine_config(GetParam());
-  auto gpu = make_cuda_engine(cfg, Recipe{}, seed);
-  auto cpu = make_cpu_engine(cfg, Recipe{}, seed);
+  const EngineCase ec = GetParam();
+  const ModelConfig cfg = engine_config(ec.config);
+  const Recipe recipe = load_recipe(ec.recipe);
+  auto gpu = make_cuda_engine(cfg, recipe, seed);
+  auto cpu = make_cpu_engine(cfg, recipe, seed);
   // A small pool of batches seen again and again: the loss must fall well below its initial value.
   std::vector<std::vector<Batch>> pool;
   for (int i = 0; i < 2; ++i) pool.push_back({random_batch(rng, cfg, 2, 64), random_batch(rng, cfg, 2, 64)});
   StepHyper h;
   h.lr = 3e-3f;
   std::vector<double> lg, lc;
+  const std::string tag = "[" + cfg.name + ", " + recipe.name + "] ";
   for (int step = 0; step < 20; ++step) {
     const auto& mb = pool[static_cast<size_t>(step) % pool.size()];
     const StepStats sg = gpu->train_step(mb, h), sc = cpu->train_step(mb, h);
     lg.push_back(sg.loss);
     lc.push_back(sc.loss);
-    std::cout << "[" << cfg.name << "] step " << step << " loss cuda " << sg.loss << " cpu " << sc.loss
+    std::cout << tag << "step " << step << " loss cuda " << sg.loss << " cpu " << sc.loss
               << " grad norm cuda " << sg.grad_norm << " cpu " << sc.grad_norm << "\n";
-    EXPECT_NEAR(sg.loss, sc.loss, 3e-2 * sc.loss) << "step " << step;
+    EXPECT_NEAR(sg.loss, sc.loss, ec.curve_tol * sc.loss) << "step " << step;
   }
   EXPECT_LT(lg.back(), lg.front() - 0.5);
   EXPECT_LT(lc.back(), lc.front() - 0.5);
   // The engine's evaluation agrees with the CPU engine's after the same training.
   const Batch& eb = pool[0][0];
-  const StepStats eg = gpu->evaluate(eb), ec = cpu->evaluate(eb);
-  EXPECT_EQ(eg.tokens, ec.tokens);
-  EXPECT_NEAR(eg.loss, ec.loss, 3e-2 * ec.loss);
+  const StepStats eg = gpu->evaluate(eb), ecpu = cpu->evaluate(eb);
+  EXPECT_EQ(eg.tokens, ecpu.tokens);
+  EXPECT_NEAR(eg.loss, ecpu.loss, ec.curve_tol * ecpu.loss);
 }
 
-INSTANTIATE_TEST_SUITE_P(Configs, CudaEngineVsCpu, ::testing::Values("tiny", "small64"));
+// tiny: head size 32 (the fallback attention); small64: head size 64 (the fused attention kernels).
+INSTANTIATE_TEST_SUITE_P(Recipes, CudaEngineVsCpu,
+                         ::testing::Values(EngineCase{"tiny", "bf16", 1e-2, 3e-2, 3e-2},
+                                           EngineCase{"small64", "bf16", 1e-2, 3e-2, 3e-2},
+                                           EngineCase{"small64", "nvidia-nvfp4", 2e-2, 0.15, 5e-2},
+                                           EngineCase{"small64", "tetrajet-v2-base", 2e-2, 0.15, 5e-2}),
+                         case_name);
 
 TEST(CudaEngine, EvaluateAndLastLogitsMatchCpu) {
   const uint32_t seed = fresh_seed();
@@ -896,9 +944,9 @@ TEST(CudaEngine, RefusesBadBatchesRecipesAndDevices) {
   Recipe quant;
   quant.name = "nvfp4-test";
   quant.linear[Operand::kQ1X].format = QuantFormat::kNvfp4;
+  // A mixed BF16/NVFP4 operand set is not something the CUDA NVFP4 layer runs: refused, naming the layer.
   const std::string msg = error_of([&] { make_cuda_engine(cfg, quant, seed); });
   EXPECT_NE(msg.find("blocks.0.attn.wqkv"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("Q1 X"), std::string::npos) << msg;
   Recipe root;
   root.optimizer = "root";
   EXPECT_NE(error_of([&] { make_cuda_engine(cfg, root, seed); }).find("adamw only"), std::string::npos);

@@ -93,6 +93,7 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
     }
     adam_ = std::make_unique<cuda::DeviceAdamW>(*params_, stream_.get());
     model_ = std::make_unique<cuda::CudaOlmo2>(cfg_, recipe, *params_, gemm_, stream_.get());
+    model_->quant_context().seed = seed;
   }
 
   ~CudaEngine() override {
@@ -256,7 +257,11 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
     const auto up = uploader_.upload(micro_batches, true, true);
     params_->zero_grads();
     FP4_CUDA_CHECK(cudaMemsetAsync(sums_.data(), 0, sums_.bytes(), stream_.get()));
-    for (const auto& mb : up) {
+    const auto step = static_cast<uint64_t>(adam_->step_count() + 1);
+    for (size_t i = 0; i < up.size(); ++i) {
+      const cuda::DeviceBatch& mb = up[i];
+      // Quantized layers draw fresh bits per forward, indexed by (step, micro-batch) as in the CPU engine.
+      model_->quant_context().call = (step << 8) | (i & 0xFF);
       model_->forward(mb);
       model_->loss(mb, true, grad_scale, sums_.data());
       model_->backward(mb);

@@ -17,9 +17,10 @@
 namespace fp4 {
 
 // Builds the engine on CUDA device `device`, initialised from `seed` exactly as make_cpu_engine(cfg,
-// recipe, seed) is (the CPU init code runs on the host; the FP32 values are uploaded). Throws fp4::Error
-// for an invalid config, a missing device, or a recipe this engine cannot run (quantized linears, an
-// optimizer other than adamw).
+// recipe, seed) is (the CPU init code runs on the host; the FP32 values are uploaded). Quantized linears
+// run through the NVFP4 CUDA layer (nn/cuda/quant_linear_cuda.h) with the CPU engine's random streams.
+// Throws fp4::Error for an invalid config, a missing device, or a recipe this engine cannot run (a
+// policy the NVFP4 CUDA layer refuses, an optimizer other than adamw).
 std::unique_ptr<TrainingEngine> make_cuda_engine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed,
                                                  int device = 0);
 

@@ -77,8 +77,14 @@ CudaOlmo2::CudaOlmo2(const ModelConfig& cfg, const Recipe& recipe, DeviceParams&
     auto linear = [&](const std::string& name, int64_t in, int64_t out, LinearKind kind) {
       const int i = params_.require(pre + name);
       check_shape(params_, i, {out, in});
-      const LinearSpec spec{pre + name, static_cast<int>(in), static_cast<int>(out),
-                            recipe.policy_for(l, cfg_.n_layers, kind), recipe.name};
+      // The CPU model's layer ids, so quantized layers draw the same random streams.
+      const LinearSpec spec{pre + name,
+                            static_cast<int>(in),
+                            static_cast<int>(out),
+                            recipe.policy_for(l, cfg_.n_layers, kind),
+                            recipe.name,
+                            linear_id(l, kind),
+                            &quant_ctx_};
       return make_linear_cuda(spec, weight(i), gemm_, stream_);
     };
     BlockParams bp;

@@ -16,6 +16,7 @@
 #include "model/cuda/batch_upload.h"
 #include "model/cuda/device_params.h"
 #include "nn/cuda/linear_cuda.h"
+#include "nn/quant_linear.h"
 #include "ops/cuda/gemm_cublaslt.h"
 #include "recipe/recipe.h"
 
@@ -43,6 +44,10 @@ class CudaOlmo2 {
   // it ("embedding output", "blocks.1.attn output", ...), or "". Synchronizes; for error messages.
   std::string first_nonfinite_activation() const;
 
+  // The quantized linears' random streams: the run seed and a per-forward call index, set by the engine
+  // before each forward exactly as the CPU engine sets Olmo2Model::quant_context().
+  QuantContext& quant_context() { return quant_ctx_; }
+
   // Whether the fused attention kernels take this head size (otherwise the plain fallback runs).
   static bool fused_attention_supports(int head_dim);
 
@@ -60,6 +65,7 @@ class CudaOlmo2 {
   DeviceWeight weight(int i);
 
   ModelConfig cfg_;
+  QuantContext quant_ctx_;
   DeviceParams& params_;
   GemmRunner& gemm_;
   cudaStream_t stream_;

@@ -1,7 +1,6 @@
-#include <string>
-
 #include "core/error.h"
 #include "nn/cuda/linear_cuda.h"
+#include "nn/cuda/quant_linear_cuda.h"
 
 namespace fp4::cuda {
 
@@ -43,14 +42,6 @@ class Bf16Linear final : public LinearCuda {
   int saved_n_ = 0;
 };
 
-std::string quantized_operands(const LinearPolicy& p) {
-  static const char* kNames[kNumOperands] = {"Q1 X", "Q2 W", "Q3 dY", "Q4 W^T", "Q5 dY^T", "Q6 X^T"};
-  std::string s;
-  for (int i = 0; i < kNumOperands; ++i)
-    if (p.q[static_cast<size_t>(i)].quantized()) s += (s.empty() ? "" : ", ") + std::string(kNames[i]);
-  return s;
-}
-
 }  // namespace
 
 std::unique_ptr<LinearCuda> make_linear_cuda(const LinearSpec& spec, const DeviceWeight& weight,
@@ -59,12 +50,8 @@ std::unique_ptr<LinearCuda> make_linear_cuda(const LinearSpec& spec, const Devic
             spec.out_features, ", ", spec.in_features, "]");
   FP4_CHECK(weight.value != nullptr && weight.grad != nullptr, "linear ", spec.name,
             ": weight not on the device");
-  if (spec.policy.quantized())
-    FP4_THROW("linear ", spec.name, ": recipe ", spec.recipe_name, " quantizes ",
-              quantized_operands(spec.policy),
-              ", but the CUDA engine has only the BF16 linear layer so far (the NVFP4 CUDA linear is not "
-              "built in); "
-              "use the bf16 recipe on CUDA");
+  // Quantized policies: the NVFP4 layer (quant_linear_cuda.h), which names what it cannot run.
+  if (spec.policy.quantized()) return make_quant_linear_cuda(spec, weight, gemm, stream);
   return std::make_unique<Bf16Linear>(spec, weight, gemm, stream);
 }
 

@@ -2,9 +2,10 @@
 // from the layer's LinearPolicy. Activations are BF16; the weight is the engine's FP32 master with a BF16
 // copy (refreshed after every optimizer step) and an FP32 gradient that accumulates across micro-batches.
 //
-// make_linear_cuda returns the BF16 (unquantized) layer: three cuBLASLt GEMMs with FP32 accumulation.
-// A policy that quantizes any operand is refused with fp4::Error until the NVFP4 CUDA layer exists; that
-// layer implements this same interface (it may keep packed operands between forward and backward).
+// make_linear_cuda returns the BF16 (unquantized) layer for an unquantized policy (three cuBLASLt GEMMs
+// with FP32 accumulation), and the NVFP4 layer of quant_linear_cuda.h for a quantized one; that layer
+// needs spec.layer_id and spec.quant_ctx (the engine's seed and per-forward call index), and refuses the
+// policies it cannot run with fp4::Error. Both implement this interface.
 #pragma once
 
 #include <cuda_bf16.h>
