@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "model/cuda/cuda_engine.h"
+#include "recipe/recipe_io.h"
 #include "ops/cuda/cuda_check.h"
 
 namespace fp4 {
@@ -20,6 +21,7 @@ namespace {
 
 int run(int argc, char** argv) {
   std::string config = "olmo2-30m";
+  std::string recipes = "bf16";
   int batch = 16, seq = 2048, micro = 1, steps = 20, warmup = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
@@ -37,15 +39,20 @@ int run(int argc, char** argv) {
       steps = std::stoi(v);
     else if (k == "--warmup")
       warmup = std::stoi(v);
+    else if (k == "--recipe" || k == "--recipes")
+      recipes = v;
     else
       FP4_THROW("train_bench: unknown argument ", k);
   }
   FP4_CHECK(batch > 0 && seq > 0 && micro > 0 && steps > 0 && warmup >= 0,
             "train_bench: sizes must be positive");
   const ModelConfig cfg = model_preset(config);
-  size_t free0 = 0, total = 0;
-  FP4_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
-  auto engine = make_cuda_engine(cfg, Recipe{}, 1);
+  std::vector<std::string> names;
+  for (size_t p = 0; p <= recipes.size();) {
+    const size_t q = std::min(recipes.find(',', p), recipes.size());
+    if (q > p) names.push_back(recipes.substr(p, q - p));
+    p = q + 1;
+  }
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> tok(0, cfg.vocab_real - 1);
   std::vector<Batch> mbs(static_cast<size_t>(micro));
@@ -55,20 +62,38 @@ int run(int argc, char** argv) {
     b.targets.resize(b.tokens.size());
     for (auto& x : b.targets) x = tok(rng);
   }
-  StepHyper h;
-  h.lr = 1e-4f;
-  for (int s = 0; s < warmup; ++s) engine->train_step(mbs, h);
-  const auto t0 = std::chrono::steady_clock::now();
-  double loss = 0;
-  for (int s = 0; s < steps; ++s) loss = engine->train_step(mbs, h).loss;
-  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  size_t free1 = 0;
-  FP4_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
-  const double tokens = static_cast<double>(steps) * micro * batch * seq;
-  std::cout << "train_bench: " << cfg.name << " B" << batch << " T" << seq << " x" << micro
-            << " micro-batches on " << engine->device_name() << ": " << static_cast<int64_t>(tokens / dt)
-            << " tokens/s, " << 1e3 * dt / steps << " ms/step, device memory "
-            << static_cast<double>(free0 - free1) / (1 << 30) << " GiB, last loss " << loss << "\n";
+  double base_ms = 0, base_mem = 0;
+  for (const std::string& name : names) {
+    const Recipe recipe = load_recipe(name);
+    // Every engine starts from an empty device: its memory is what it allocates (arena, weights, states,
+    // quantization buffers) at its peak step, measured as the drop in free memory.
+    FP4_CUDA_CHECK(cudaDeviceSynchronize());
+    size_t free0 = 0, total = 0;
+    FP4_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+    double ms = 0, mem = 0, loss = 0;
+    std::string device;
+    {
+      auto engine = make_cuda_engine(cfg, recipe, 1);
+      device = engine->device_name();
+      StepHyper h;
+      h.lr = 1e-4f;
+      for (int s = 0; s < warmup; ++s) engine->train_step(mbs, h);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int s = 0; s < steps; ++s) loss = engine->train_step(mbs, h).loss;
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      ms = 1e3 * dt / steps;
+      size_t free1 = 0;
+      FP4_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+      mem = static_cast<double>(free0 - free1) / (1 << 30);
+    }
+    if (name == names.front()) base_ms = ms, base_mem = mem;
+    const double tokens = static_cast<double>(micro) * batch * seq;
+    std::cout << "train_bench: " << cfg.name << " recipe " << name << " B" << batch << " T" << seq << " x" << micro
+              << " micro-batches on " << device << ": " << static_cast<int64_t>(tokens / (ms / 1e3))
+              << " tokens/s, " << ms << " ms/step, device memory " << mem << " GiB, last loss " << loss
+              << ", step time vs " << names.front() << " " << ms / base_ms << "x, memory vs " << names.front() << " "
+              << mem / base_mem << "x\n";
+  }
   return 0;
 }
 
