@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <future>
+#include <limits>
 #include <vector>
 
 #include "quant_test_util.h"
@@ -142,6 +143,38 @@ TEST(QuantNvfp4Cuda, MatchesCpuReferenceInEveryMode) {
   }
   std::printf("[nvfp4] %d of %zu modes identical to the CPU reference\n", static_cast<int>(modes.size()) - failed,
               modes.size());
+}
+
+// Degenerate tensors: all zeros (tensor amax 0: S_enc saturates at FLT_MAX; block128 s_out = 0 -> 1),
+// all FP32 subnormals, and all NaN.
+TEST(QuantNvfp4Cuda, MatchesCpuReferenceOnZeroSubnormalAndNanTensors) {
+  const uint64_t seed = cudatest::test_seed();
+  SCOPED_TRACE(cudatest::seed_note(seed));
+  std::mt19937_64 g(seed);
+  const float fills[] = {0.0f, -1e-40f, std::numeric_limits<float>::quiet_NaN()};
+  for (float fill : fills)
+    for (OuterScale outer : {OuterScale::kTensor, OuterScale::kBlock128})
+      for (Rounding rounding : {Rounding::kRtn, Rounding::kSr}) {
+        const QuantSpec spec = cudatest::nvfp4_spec(BlockShape::k1x16, outer, rounding, 16, false);
+        HostInput in;
+        in.rows = 32;
+        in.cols = 256;
+        in.dtype = QuantIoType::kF32;
+        in.values.assign(in.rows * in.cols, fill);
+        const QuantRandomness rnd = cudatest::randomness(g, 16);
+        const Nvfp4Tensor want = quantize_nvfp4(in.values.data(), in.rows, in.cols, spec, rnd);
+        const cudatest::DeviceCopy dx(in);
+        Nvfp4DeviceTensor q(in.rows, in.cols, spec.block, spec.outer);
+        DeviceBuffer<float> amax(1);
+        DeviceBuffer<unsigned long long> nonfinite(1);
+        FP4_CUDA_CHECK(cudaMemset(nonfinite.data(), 0, sizeof(unsigned long long)));
+        if (outer == OuterScale::kTensor) amax_nvfp4_cuda(dx.input(), spec, rnd, amax.data(), nullptr);
+        quantize_nvfp4_cuda(dx.input(), spec, rnd, q.view(), amax.data(), nonfinite.data(), DequantOutput{}, nullptr);
+        FP4_CUDA_CHECK(cudaDeviceSynchronize());
+        Diff d = cudatest::compare_nvfp4(want, q.download(), cudatest::transformed_operand(in.values, spec, rnd));
+        cudatest::compare_nonfinite(want.nonfinite, cudatest::read_back(nonfinite), d);
+        EXPECT_EQ(d.total(), 0) << "fill " << fill << " " << describe(spec) << ": " << d.summary();
+      }
 }
 
 // A caller-given amax (e.g. all-reduced over ranks) is used as is: quantize with 4x the true amax.

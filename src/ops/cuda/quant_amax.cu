@@ -11,7 +11,7 @@ constexpr int kThreads = 256;
 // Thread per 16-element block of the flattened tensor, grid-stride by whole warps (the RHT shuffles need
 // every lane). RHT segments never cross rows because cols is a multiple of n.
 template <QuantIoType T>
-__global__ void __launch_bounds__(kThreads) amax_kernel(const void* x, int64_t nblocks, int64_t cols, int rht_n,
+__global__ void __launch_bounds__(kThreads) amax_kernel(const void* x, int64_t nblocks, int rht_n,
                                                          RhtSigns signs, float* amax) {
   __shared__ uint32_t warp_max[kThreads / 32];
   const int lane = threadIdx.x & 31;
@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const void* x, int64_t n
 #pragma unroll
       for (int i = 0; i < 16; ++i) v[i] = 0.0f;
     }
-    if (rht_n > 0) qk::rht_block16(v, signs, rht_n, (16 * b) % cols);
+    if (rht_n > 0) qk::rht_block16(v, signs, rht_n, 16 * b);  // rows start at multiples of n: cols % n == 0
     bool bad = false;
     m = max(m, float_bits(amax_finite16(v, bad)));
   }
@@ -61,10 +61,10 @@ void amax_nvfp4_cuda(const DeviceInput& x, const QuantSpec& spec, const QuantRan
   const int64_t nblocks = x.rows * x.cols / 16;
   const unsigned grid = qk::grid_for(nblocks, kThreads, 8);
   if (x.dtype == QuantIoType::kF32)
-    amax_kernel<QuantIoType::kF32><<<grid, kThreads, 0, stream>>>(x.data, nblocks, x.cols, spec.rht_n, rnd.signs,
+    amax_kernel<QuantIoType::kF32><<<grid, kThreads, 0, stream>>>(x.data, nblocks, spec.rht_n, rnd.signs,
                                                                    amax_device);
   else
-    amax_kernel<QuantIoType::kBF16><<<grid, kThreads, 0, stream>>>(x.data, nblocks, x.cols, spec.rht_n, rnd.signs,
+    amax_kernel<QuantIoType::kBF16><<<grid, kThreads, 0, stream>>>(x.data, nblocks, spec.rht_n, rnd.signs,
                                                                     amax_device);
   FP4_CUDA_CHECK_LAUNCH("amax_kernel");
 }

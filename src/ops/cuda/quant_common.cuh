@@ -138,11 +138,11 @@ __device__ __forceinline__ void rht_scale16(float (&v)[16], int n) {
   for (int i = 0; i < 16; ++i) v[i] = mul_rn(v[i], norm);
 }
 
-// Whole RHT of the block at column c0 (a multiple of 16) of its row, for segment length n in
-// {16, 32, 64, 128}; the blocks of one segment are in lanes lane ^ (1, 2, 4) with block index
+// Whole RHT of the block at column c0 (a multiple of 16) of its row (or any index congruent to it modulo
+// n), for segment length n in {16, 32, 64, 128}; the blocks of one segment are in lanes lane ^ (1, 2, 4) with block index
 // (c0 / 16) sharing those low bits. Every lane of the warp must call it (shuffles).
 __device__ __forceinline__ void rht_block16(float (&v)[16], const RhtSigns& signs, int n, int64_t c0) {
-  const int p0 = static_cast<int>(c0 % n);
+  const int p0 = static_cast<int>(c0 & (n - 1));  // n is a power of two
   rht_local16(v, rht_sign_bits16(signs, p0));
   const int blk = p0 >> 4;  // block position inside the segment
 #pragma unroll

@@ -146,7 +146,7 @@ __device__ __forceinline__ void rht_cols_wide(float* tile, const RhtSigns& signs
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     load_col16(tile, hh, k, cl, w[k]);
-    qk::rht_local16(w[k], qk::rht_sign_bits16(signs, static_cast<int>((r0 + hh * 64 + 16 * k) % n)));
+    qk::rht_local16(w[k], qk::rht_sign_bits16(signs, static_cast<int>((r0 + hh * 64 + 16 * k) & (n - 1))));
   }
   butterfly_blocks(w[0], w[1]);
   butterfly_blocks(w[2], w[3]);

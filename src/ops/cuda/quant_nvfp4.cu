@@ -50,7 +50,7 @@ __device__ __forceinline__ void store_block(const QuantArgs& a, int64_t i0, int 
 
 // kTile16x16: one scale per 16x16 tile (tensor outer scale only), else 1x16 blocks.
 template <QuantIoType T, bool kTile16x16>
-__global__ void __launch_bounds__(kThreads) quantize_nvfp4_kernel(QuantArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) quantize_nvfp4_kernel(QuantArgs a) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, j = lane & 7;
   const int64_t col_tiles = qk::ceil_div(a.cols, kTileCols);
   const int64_t tc = blockIdx.x % col_tiles, tr = blockIdx.x / col_tiles;
