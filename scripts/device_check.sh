@@ -60,7 +60,8 @@ summary() {
     if [[ -f "$logs/test_cuda.log" ]]; then
       grep -E "^\[(nvfp4|dual)\] [0-9]+ of " "$logs/test_cuda.log" | sed 's/^/  /'
       grep -E "differ" "$logs/test_cuda.log" | head -10 | cut -c1-220 | sed 's/^/  /'
-      grep -E "^\[  (PASSED|FAILED)  \]|tests? from .* ran" "$logs/test_cuda.log" | sed 's/^/  /'
+      grep -E "^\[  FAILED  \]" "$logs/test_cuda.log" | head -15 | sed 's/^/  /'
+      grep -E "^\[  PASSED  \]|tests? from .* ran" "$logs/test_cuda.log" | sed 's/^/  /'
     fi
     [[ -f "$logs/check_formats.log" ]] && grep -E "^\[formats\] (E2M1|E4M3|PASS|FAIL)" "$logs/check_formats.log" | sed 's/^/  /'
     if [[ -f "$logs/quantize_bench.log" ]]; then
