@@ -51,7 +51,8 @@ class Nvfp4DeviceTensor {
  public:
   Nvfp4DeviceTensor(int64_t rows, int64_t cols, BlockShape block, OuterScale outer);
   Nvfp4DeviceView view();
-  // Synchronous copy to the host form (for tests and checkpoints). `amax` is not known here: 0.
+  // Copy to the host form (for tests and checkpoints) with cudaMemcpy, which waits for the legacy default
+  // stream only: synchronize a non-blocking producer stream first. `amax` is not stored here: it stays 0.
   Nvfp4Tensor download() const;
 
  private:
