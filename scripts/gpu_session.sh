@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build, CUDA tests, PyTorch checks, benchmarks and the recipe experiments,
+# as selected phases. Logs and results go to $OUT (or ./gpu-out), a summary at the end.
+#
+# usage: scripts/gpu_session.sh PHASE... where PHASE is one of
+#   build        configure + build fp4train and the CUDA tests/benchmarks (build-gpu/)
+#   tests        test_cuda
+#   torch        tests/reference/check_torch_cuda.py (gradients at init, 300-step curves vs PyTorch)
+#   bench        train_bench (recipes vs bf16) and bench/torch_train_bench.py (fp4train vs PyTorch)
+#   data         unpack .carry/corpus.tar.xz and prepare GPT-2 shards (data/shards-gpt2)
+#   quick        200 steps of olmo2-30m per recipe (speed and sanity)
+#   exp30m       olmo2-30m, every recipe, $EXP_STEPS steps (default 3052: 100M tokens), then the report
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+out=${OUT:-$root/gpu-out}
+mkdir -p "$out"
+B=build-gpu
+export NCCL_NVLS_ENABLE=0
+summary=()
+note() { summary+=("$*"); echo "== $*"; }
+
+phase_build() {
+  local t0=$SECONDS
+  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a >"$out/configure.log" 2>&1 ||
+    { tail -20 "$out/configure.log"; return 1; }
+  cmake --build $B -j16 --target fp4train test_cuda train_bench engine_dump_cuda engine_dump >"$out/build.log" 2>&1
+  local rc=$?
+  grep -E "error" "$out/build.log" | head -20
+  note "build rc=$rc in $((SECONDS - t0))s"
+  return $rc
+}
+phase_buildlite() {  # only what training and the recipe benchmark need
+  local t0=$SECONDS
+  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a >"$out/configure.log" 2>&1 ||
+    { tail -20 "$out/configure.log"; return 1; }
+  cmake --build $B -j16 --target fp4train train_bench >"$out/build.log" 2>&1
+  local rc=$?
+  grep -E "error" "$out/build.log" | head -20
+  note "build rc=$rc in $((SECONDS - t0))s"
+  return $rc
+}
+phase_recipebench() {
+  for cfg in olmo2-70m olmo2-370m; do
+    timeout 100 $B/train_bench --config $cfg --steps 5 --warmup 2 --recipes bf16,nvidia-nvfp4,tetrajet-v2-base \
+      >>"$out/train_bench.log" 2>&1
+  done
+  note "train_bench done"
+  grep "^train_bench:" "$out/train_bench.log"
+}
+phase_tests() {
+  timeout 240 $B/test_cuda --gtest_brief=1 >"$out/test_cuda.log" 2>&1
+  note "test_cuda rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/test_cuda.log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED  \]" "$out/test_cuda.log" | head
+}
+phase_torch() {
+  timeout 300 python3 tests/reference/check_torch_cuda.py --build-dir $B >"$out/torch_cuda.log" 2>&1
+  note "check_torch_cuda rc=$?"
+  tail -15 "$out/torch_cuda.log"
+}
+phase_bench() {
+  for cfg in olmo2-70m olmo2-370m; do
+    timeout 150 $B/train_bench --config $cfg --steps 10 --warmup 3 --recipes bf16,nvidia-nvfp4,tetrajet-v2-base \
+      >>"$out/train_bench.log" 2>&1
+  done
+  note "train_bench done"
+  grep "^train_bench:" "$out/train_bench.log"
+  if [ -f bench/torch_train_bench.py ]; then
+    timeout 330 python3 bench/torch_train_bench.py --build-dir $B >"$out/torch_train_bench.log" 2>&1
+    note "torch_train_bench rc=$?"
+    tail -8 "$out/torch_train_bench.log"
+  fi
+}
+phase_data() {
+  mkdir -p data
+  [ -d data/corpus ] || tar xJf .carry/corpus.tar.xz -C data
+  [ -f data/shards-gpt2/manifest.json ] || $B/fp4train prepare --input data/corpus/train --val data/corpus/val \
+    --tokenizer data/tokenizers/gpt2 --out data/shards-gpt2 --threads 16 >"$out/prepare.log" 2>&1
+  note "data rc=$? $(tail -1 "$out/prepare.log" 2>/dev/null)"
+}
+train_recipe() {  # train_recipe RUN_DIR RECIPE STEPS EXTRA_SETS...
+  local dir=$1 recipe=$2 steps=$3
+  shift 3
+  local warm=$((steps / 10))
+  $B/fp4train train --config configs/runs/olmo2-30m.toml --recipe "$recipe" --out "$dir" \
+    --set train.steps=$steps --set optim.warmup=$warm --set train.ckpt_every=100000 "$@" >"$dir.log" 2>&1
+  note "$recipe: rc=$? $(grep -E 'val ppl' "$dir.log" | tail -1)"
+}
+phase_quick() {
+  mkdir -p runs
+  for r in bf16 nvidia-nvfp4 tetrajet-v2-base; do
+    rm -rf runs/quick-$r
+    train_recipe runs/quick-$r $r 200 --set train.eval_every=100 --set train.eval_batches=8 --set train.log_every=50
+    grep -E "tok/s" runs/quick-$r.log | tail -2
+  done
+}
+phase_exp30m() {
+  mkdir -p runs
+  local steps=${EXP_STEPS:-3052}
+  for r in bf16 nvidia-nvfp4 tetrajet-v2-base; do
+    rm -rf runs/30m-$r
+    train_recipe runs/30m-$r $r "$steps" --set train.eval_every=$((steps / 8)) --set train.log_every=25
+  done
+  $B/fp4train report runs/30m-bf16 runs/30m-nvidia-nvfp4 runs/30m-tetrajet-v2-base --svg "$out/olmo2-30m.svg" \
+    --title "olmo2-30m, $steps steps x 32k tokens" >"$out/olmo2-30m.md" 2>>"$out/report.log"
+  cat "$out/olmo2-30m.md"
+  tar czf "$out/runs-30m.tar.gz" runs/30m-*/metrics.jsonl runs/30m-*/config.json runs/30m-*/recipe.toml runs/30m-*.log
+}
+
+for p in "$@"; do
+  "phase_$p" || { note "phase $p failed"; [ "$p" = build ] && break; }
+done
+echo
+echo "== summary"
+printf '  %s\n' "${summary[@]}"
