@@ -47,9 +47,10 @@ void set_spec_field(QuantSpec& s, const std::string& field, const std::string& v
 }
 
 std::string node_text(const toml::node& n, const std::string& where) {
+  // Booleans first: toml++ also converts a boolean to an integer.
+  if (n.is_boolean()) return *n.value<bool>() ? "true" : "false";
   if (auto v = n.value<std::string>()) return *v;
   if (auto v = n.value<int64_t>()) return std::to_string(*v);
-  if (auto v = n.value<bool>()) return *v ? "true" : "false";
   FP4_THROW(where, ": expected a string, integer or boolean");
 }
 

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "recipe/recipe_io.h"
 #include "report/report.h"
 
 namespace fp4 {
@@ -64,6 +65,22 @@ TEST(Report, ADirectoryWithoutMetricsIsNamed) {
     EXPECT_NE(std::string(e.what()).find("metrics.jsonl"), std::string::npos);
   }
   fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace fp4
+
+namespace fp4 {
+namespace {
+
+// What a run directory records (to_toml) must read back as the same recipe: the report labels runs by it.
+TEST(Report, RecipeTomlRoundTrips) {
+  for (const char* name : {"bf16", "nvidia-nvfp4", "tetrajet-v2-base"}) {
+    const Recipe r = load_recipe(name);
+    const Recipe back = parse_recipe(to_toml(r), std::string(name) + " (to_toml)");
+    EXPECT_EQ(back.name, r.name);
+    EXPECT_EQ(to_toml(back), to_toml(r)) << name;
+  }
 }
 
 }  // namespace
