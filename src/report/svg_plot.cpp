@@ -67,7 +67,7 @@ std::string render_svg(const PlotSpec& spec, const std::vector<PlotSeries>& seri
     const double pad = 0.05 * (y1 - y0 + 1e-12);
     y0 -= pad, y1 += pad;
   }
-  const double L = 70, R = 200, T = 40, B = 50;
+  const double L = 70, R = 250, T = 40, B = 50;
   const double W = spec.width - L - R, H = spec.height - T - B;
   auto fx = [&](double x) {
     const double t = spec.log_x ? (std::log(std::max(x, x0)) - std::log(x0)) / (std::log(x1) - std::log(x0) + 1e-300)

@@ -18,7 +18,7 @@ struct PlotSpec {
   std::string title, x_label, y_label;
   bool log_x = false;
   double y_min = 0, y_max = 0;  // both 0: fit the data (robustly, ignoring the first 5% of x)
-  int width = 900, height = 560;
+  int width = 960, height = 560;
 };
 
 // Returns the SVG document.
