@@ -20,26 +20,18 @@ export NCCL_NVLS_ENABLE=0
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
 
-phase_build() {
+configure_and_build() {  # configure_and_build TARGET...
   local t0=$SECONDS
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a >"$out/configure.log" 2>&1 ||
     { tail -20 "$out/configure.log"; return 1; }
-  cmake --build $B -j16 --target fp4train test_cuda train_bench engine_dump_cuda engine_dump >"$out/build.log" 2>&1
+  cmake --build $B -j16 --target "$@" >"$out/build.log" 2>&1
   local rc=$?
   grep -E "error" "$out/build.log" | head -20
   note "build rc=$rc in $((SECONDS - t0))s"
   return $rc
 }
-phase_buildlite() {  # only what training and the recipe benchmark need
-  local t0=$SECONDS
-  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a >"$out/configure.log" 2>&1 ||
-    { tail -20 "$out/configure.log"; return 1; }
-  cmake --build $B -j16 --target fp4train train_bench >"$out/build.log" 2>&1
-  local rc=$?
-  grep -E "error" "$out/build.log" | head -20
-  note "build rc=$rc in $((SECONDS - t0))s"
-  return $rc
-}
+phase_build() { configure_and_build fp4train test_cuda train_bench engine_dump_cuda engine_dump; }
+phase_buildlite() { configure_and_build fp4train train_bench; }  # what training and the recipe bench need
 phase_recipebench() {
   for cfg in olmo2-70m olmo2-370m; do
     timeout 100 $B/train_bench --config $cfg --steps 5 --warmup 2 --recipes bf16,nvidia-nvfp4,tetrajet-v2-base \

@@ -1,4 +1,5 @@
 #include "model/cpu_engine.h"
+#include "model/state_index.h"
 
 #include <cmath>
 #include <cstring>
@@ -167,23 +168,10 @@ class CpuEngine final : public TrainingEngine {
 
   // Tensors this engine does not know (a trainer's own entries) are left alone.
   void load_state(const std::vector<StateTensor>& state) override {
-    std::map<std::string, const StateTensor*> by_name;
-    for (const auto& t : state) by_name[t.name] = &t;
+    const StateIndex index(state);
     auto find = [&](const std::string& name, const char* dtype,
                     const std::vector<int64_t>& shape) -> const StateTensor& {
-      const auto it = by_name.find(name);
-      FP4_CHECK(it != by_name.end(), "load_state: tensor '", name, "' is missing");
-      const StateTensor& t = *it->second;
-      FP4_CHECK(t.dtype == dtype, "load_state: tensor '", name, "' has dtype ", t.dtype, ", expected ",
-                dtype);
-      FP4_CHECK(t.shape == shape, "load_state: tensor '", name, "' has shape ", shape_string(t.shape),
-                ", expected ", shape_string(shape));
-      int64_t n = 1;
-      for (auto d : shape) n *= d;
-      const size_t elem = std::string(dtype) == "I64" ? 8 : 4;
-      FP4_CHECK(t.bytes.size() == static_cast<size_t>(n) * elem, "load_state: tensor '", name, "' holds ",
-                t.bytes.size(), " bytes, expected ", static_cast<size_t>(n) * elem);
-      return t;
+      return index.require(name, dtype, shape);
     };
     auto& ps = model_.params();
     // Check everything before changing anything, so a bad state leaves the engine as it was.

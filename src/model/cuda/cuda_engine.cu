@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "model/cuda/batch_upload.h"
 #include "model/cuda/cuda_engine.h"
+#include "model/state_index.h"
 #include "model/cuda/cuda_olmo2.h"
 #include "model/cuda/device_adamw.h"
 #include "model/cuda/device_params.h"
@@ -197,23 +198,10 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
   // before anything changes, so a bad state leaves the engine as it was.
   void load_state(const std::vector<StateTensor>& state) override {
     set_device();
-    std::map<std::string, const StateTensor*> by_name;
-    for (const auto& t : state) by_name[t.name] = &t;
+    const StateIndex index(state);
     auto find = [&](const std::string& name, const char* dtype,
                     const std::vector<int64_t>& shape) -> const StateTensor& {
-      const auto it = by_name.find(name);
-      FP4_CHECK(it != by_name.end(), "load_state: tensor '", name, "' is missing");
-      const StateTensor& t = *it->second;
-      FP4_CHECK(t.dtype == dtype, "load_state: tensor '", name, "' has dtype ", t.dtype, ", expected ",
-                dtype);
-      FP4_CHECK(t.shape == shape, "load_state: tensor '", name, "' has shape ", shape_string(t.shape),
-                ", expected ", shape_string(shape));
-      int64_t n = 1;
-      for (auto d : shape) n *= d;
-      const size_t elem = std::string(dtype) == "I64" ? 8 : 4;
-      FP4_CHECK(t.bytes.size() == static_cast<size_t>(n) * elem, "load_state: tensor '", name, "' holds ",
-                t.bytes.size(), " bytes, expected ", static_cast<size_t>(n) * elem);
-      return t;
+      return index.require(name, dtype, shape);
     };
     std::vector<const StateTensor*> values, m, v;
     for (int i = 0; i < params_->size(); ++i) {
