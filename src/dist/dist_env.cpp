@@ -10,7 +10,7 @@ namespace fp4 {
 namespace {
 
 struct Found {
-  std::string name;   // the variable that supplied the value
+  std::string name;  // the variable that supplied the value
   std::string value;
 };
 
@@ -26,8 +26,8 @@ int parse_int(const Found& f) {
   char* end = nullptr;
   errno = 0;
   const long v = std::strtol(s, &end, 10);
-  FP4_CHECK(!f.value.empty() && end && *end == '\0' && errno == 0 &&
-                v >= std::numeric_limits<int>::min() && v <= std::numeric_limits<int>::max(),
+  FP4_CHECK(!f.value.empty() && end && *end == '\0' && errno == 0 && v >= std::numeric_limits<int>::min() &&
+                v <= std::numeric_limits<int>::max(),
             "environment variable ", f.name, "='", f.value, "' is not an integer");
   return static_cast<int>(v);
 }
@@ -40,14 +40,12 @@ DistEnv parse_dist_env(const EnvLookup& lookup) {
   const auto world = first_set(lookup, {"WORLD_SIZE", "SLURM_NTASKS"});
   if (!rank && !world) return env;  // a plain single-process run
   FP4_CHECK(rank, "environment variable RANK (or SLURM_PROCID) is not set but ", world->name, " is");
-  FP4_CHECK(world, "environment variable WORLD_SIZE (or SLURM_NTASKS) is not set but ", rank->name,
-            " is");
+  FP4_CHECK(world, "environment variable WORLD_SIZE (or SLURM_NTASKS) is not set but ", rank->name, " is");
   env.rank = parse_int(*rank);
   env.world_size = parse_int(*world);
-  FP4_CHECK(env.world_size >= 1, "environment variable ", world->name, "=", env.world_size,
-            " must be >= 1");
-  FP4_CHECK(env.rank >= 0 && env.rank < env.world_size, "environment variable ", rank->name, "=",
-            env.rank, " is outside [0, ", env.world_size, ") given by ", world->name);
+  FP4_CHECK(env.world_size >= 1, "environment variable ", world->name, "=", env.world_size, " must be >= 1");
+  FP4_CHECK(env.rank >= 0 && env.rank < env.world_size, "environment variable ", rank->name, "=", env.rank,
+            " is outside [0, ", env.world_size, ") given by ", world->name);
 
   const auto local = first_set(lookup, {"LOCAL_RANK", "SLURM_LOCALID"});
   if (env.world_size > 1)
@@ -55,9 +53,8 @@ DistEnv parse_dist_env(const EnvLookup& lookup) {
               env.rank, ", ", world->name, "=", env.world_size, ")");
   if (local) {
     env.local_rank = parse_int(*local);
-    FP4_CHECK(env.local_rank >= 0 && env.local_rank < env.world_size, "environment variable ",
-              local->name, "=", env.local_rank, " is outside [0, ", env.world_size, ") given by ",
-              world->name);
+    FP4_CHECK(env.local_rank >= 0 && env.local_rank < env.world_size, "environment variable ", local->name,
+              "=", env.local_rank, " is outside [0, ", env.world_size, ") given by ", world->name);
   }
 
   const auto addr = first_set(lookup, {"MASTER_ADDR"});
@@ -74,8 +71,8 @@ DistEnv parse_dist_env(const EnvLookup& lookup) {
   }
   if (port) {
     env.master_port = parse_int(*port);
-    FP4_CHECK(env.master_port >= 1 && env.master_port <= 65535, "environment variable MASTER_PORT=",
-              env.master_port, " is not a TCP port (1..65535)");
+    FP4_CHECK(env.master_port >= 1 && env.master_port <= 65535,
+              "environment variable MASTER_PORT=", env.master_port, " is not a TCP port (1..65535)");
   }
   return env;
 }

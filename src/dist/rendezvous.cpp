@@ -20,7 +20,7 @@ namespace fp4 {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr uint32_t kMagic = 0x46503452;          // "FP4R": tells our peers from strays on the port
+constexpr uint32_t kMagic = 0x46503452;  // "FP4R": tells our peers from strays on the port
 constexpr uint32_t kMaxBlob = 1u << 20;
 
 // Owns one socket descriptor.
@@ -73,7 +73,9 @@ bool wait_for(int fd, short events, Clock::time_point deadline, const Where& whe
   }
 }
 
-void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+void set_nonblocking(int fd) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
 
 void send_all(int fd, const void* data, size_t n, Clock::time_point deadline, const Where& where,
               const char* what) {
@@ -102,8 +104,8 @@ void recv_all(int fd, void* data, size_t n, Clock::time_point deadline, const Wh
   }
 }
 
-void send_u32s(int fd, std::initializer_list<uint32_t> values, Clock::time_point deadline,
-               const Where& where, const char* what) {
+void send_u32s(int fd, std::initializer_list<uint32_t> values, Clock::time_point deadline, const Where& where,
+               const char* what) {
   std::vector<uint32_t> wire;
   for (auto v : values) wire.push_back(htonl(v));
   send_all(fd, wire.data(), wire.size() * sizeof(uint32_t), deadline, where, what);
@@ -144,16 +146,15 @@ std::vector<uint8_t> serve(const DistEnv& env, std::span<const uint8_t> blob, Cl
   ::setsockopt(listener.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   FP4_CHECK(::bind(listener.fd(), reinterpret_cast<const sockaddr*>(&addr), len) == 0, where.str(),
             ": cannot listen (bind failed: ", std::strerror(errno), ")");
-  FP4_CHECK(::listen(listener.fd(), env.world_size) == 0, where.str(), ": listen failed: ",
-            std::strerror(errno));
+  FP4_CHECK(::listen(listener.fd(), env.world_size) == 0, where.str(),
+            ": listen failed: ", std::strerror(errno));
   set_nonblocking(listener.fd());
 
   // Collect one connection per non-zero rank; each introduces itself with (magic, rank, world size).
   std::vector<Socket> peers(env.world_size);
   for (int joined = 1; joined < env.world_size;) {
-    FP4_CHECK(wait_for(listener.fd(), POLLIN, deadline, where), where.str(), ": timed out with ",
-              joined, " of ",
-              env.world_size, " ranks joined");
+    FP4_CHECK(wait_for(listener.fd(), POLLIN, deadline, where), where.str(), ": timed out with ", joined,
+              " of ", env.world_size, " ranks joined");
     Socket conn(::accept(listener.fd(), nullptr, nullptr));
     if (conn.fd() < 0) continue;  // the client gave up between poll and accept
     set_nonblocking(conn.fd());

@@ -4,8 +4,7 @@
 
 namespace fp4 {
 
-ShardPlan make_shard_plan(const std::vector<ParameterInfo>& params, int world_size,
-                          int64_t align_elements) {
+ShardPlan make_shard_plan(const std::vector<ParameterInfo>& params, int world_size, int64_t align_elements) {
   FP4_CHECK(world_size >= 1, "make_shard_plan: world_size ", world_size, " must be >= 1");
   FP4_CHECK(align_elements >= 1, "make_shard_plan: align_elements ", align_elements, " must be >= 1");
   ShardPlan plan;
@@ -49,8 +48,8 @@ ByteRange state_byte_range(const ShardPlan& plan, int rank, StateLayout layout) 
   FP4_CHECK(rank >= 0 && rank < plan.world_size, "state_byte_range: rank ", rank, " outside world of ",
             plan.world_size);
   const int64_t epu = layout.elements_per_unit;
-  FP4_CHECK(epu >= 1 && layout.bytes_per_unit >= 1, "state_byte_range: layout of ", epu,
-            " elements per ", layout.bytes_per_unit, " bytes is invalid");
+  FP4_CHECK(epu >= 1 && layout.bytes_per_unit >= 1, "state_byte_range: layout of ", epu, " elements per ",
+            layout.bytes_per_unit, " bytes is invalid");
   FP4_CHECK(plan.align % epu == 0, "state_byte_range: plan alignment ", plan.align,
             " elements is not a multiple of the state's ", epu, " elements per unit");
   const auto& s = plan.ranks[rank];

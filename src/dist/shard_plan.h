@@ -32,10 +32,10 @@ struct RankShard {
 struct ShardPlan {
   int world_size = 1;
   int64_t align = 1;
-  int64_t total = 0;                  // elements of the flat buffer
-  std::vector<std::string> names;     // tensors in flat order
-  std::vector<int64_t> offsets;       // flat offset of each tensor
-  std::vector<RankShard> ranks;       // world_size entries
+  int64_t total = 0;               // elements of the flat buffer
+  std::vector<std::string> names;  // tensors in flat order
+  std::vector<int64_t> offsets;    // flat offset of each tensor
+  std::vector<RankShard> ranks;    // world_size entries
 };
 
 // Splits the flat concatenation of params (in the given order) over world_size ranks. Every begin is a
@@ -75,13 +75,13 @@ void check_same_layout(const ShardPlan& a, const ShardPlan& b, const std::string
 template <typename T>
 std::vector<T> gather_shards(const std::vector<ByteRange>& ranges,
                              const std::vector<std::vector<T>>& shards) {
-  FP4_CHECK(shards.size() == ranges.size(), "gather_shards: ", shards.size(), " shards for ",
-            ranges.size(), " ranks");
+  FP4_CHECK(shards.size() == ranges.size(), "gather_shards: ", shards.size(), " shards for ", ranges.size(),
+            " ranks");
   const int64_t total = ranges.empty() ? 0 : ranges.back().end;
   std::vector<T> flat(static_cast<size_t>(total));
   for (size_t r = 0; r < ranges.size(); ++r) {
-    FP4_CHECK(static_cast<int64_t>(shards[r].size()) == ranges[r].size(), "gather_shards: shard of rank ",
-              r, " has ", shards[r].size(), " entries, the plan gives it ", ranges[r].size());
+    FP4_CHECK(static_cast<int64_t>(shards[r].size()) == ranges[r].size(), "gather_shards: shard of rank ", r,
+              " has ", shards[r].size(), " entries, the plan gives it ", ranges[r].size());
     std::copy(shards[r].begin(), shards[r].end(), flat.begin() + ranges[r].begin);
   }
   return flat;

@@ -30,8 +30,11 @@ std::string error_for(const Vars& vars) {
   return "";
 }
 
-const Vars kTorchrun = {{"RANK", "5"},         {"WORLD_SIZE", "8"},        {"LOCAL_RANK", "1"},
-                        {"MASTER_ADDR", "10.0.0.7"}, {"MASTER_PORT", "29511"}};
+const Vars kTorchrun = {{"RANK", "5"},
+                        {"WORLD_SIZE", "8"},
+                        {"LOCAL_RANK", "1"},
+                        {"MASTER_ADDR", "10.0.0.7"},
+                        {"MASTER_PORT", "29511"}};
 
 TEST(DistEnv, EmptyEnvironmentIsASingleProcessJob) {
   const auto env = parse({});
@@ -50,8 +53,11 @@ TEST(DistEnv, ReadsTorchrunVariables) {
 }
 
 TEST(DistEnv, FallsBackToSlurmAndPrefersTorchrun) {
-  const Vars slurm = {{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "3"},
-                      {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "1234"}};
+  const Vars slurm = {{"SLURM_PROCID", "3"},
+                      {"SLURM_NTASKS", "4"},
+                      {"SLURM_LOCALID", "3"},
+                      {"MASTER_ADDR", "node1"},
+                      {"MASTER_PORT", "1234"}};
   const auto env = parse(slurm);
   EXPECT_EQ(env.rank, 3);
   EXPECT_EQ(env.world_size, 4);
@@ -81,11 +87,19 @@ TEST(DistEnv, MissingVariablesAreNamed) {
 }
 
 TEST(DistEnv, BadValuesAreNamed) {
-  const std::pair<const char*, const char*> bad[] = {
-      {"RANK", "8"},        {"RANK", "-1"},        {"RANK", "two"},       {"WORLD_SIZE", "0"},
-      {"WORLD_SIZE", "5"},  {"LOCAL_RANK", "8"},   {"LOCAL_RANK", "-2"},  {"MASTER_PORT", "0"},
-      {"MASTER_PORT", "70000"}, {"MASTER_PORT", "29500x"}, {"MASTER_ADDR", ""}, {"WORLD_SIZE", ""},
-      {"RANK", "99999999999"}};
+  const std::pair<const char*, const char*> bad[] = {{"RANK", "8"},
+                                                     {"RANK", "-1"},
+                                                     {"RANK", "two"},
+                                                     {"WORLD_SIZE", "0"},
+                                                     {"WORLD_SIZE", "5"},
+                                                     {"LOCAL_RANK", "8"},
+                                                     {"LOCAL_RANK", "-2"},
+                                                     {"MASTER_PORT", "0"},
+                                                     {"MASTER_PORT", "70000"},
+                                                     {"MASTER_PORT", "29500x"},
+                                                     {"MASTER_ADDR", ""},
+                                                     {"WORLD_SIZE", ""},
+                                                     {"RANK", "99999999999"}};
   for (const auto& [name, value] : bad) {
     Vars vars = kTorchrun;
     vars[name] = value;
@@ -95,8 +109,11 @@ TEST(DistEnv, BadValuesAreNamed) {
 }
 
 TEST(DistEnv, SlurmErrorsNameTheSlurmVariable) {
-  const Vars vars = {{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"},
-                     {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}};
+  const Vars vars = {{"SLURM_PROCID", "4"},
+                     {"SLURM_NTASKS", "4"},
+                     {"SLURM_LOCALID", "0"},
+                     {"MASTER_ADDR", "a"},
+                     {"MASTER_PORT", "1"}};
   EXPECT_NE(error_for(vars).find("SLURM_PROCID"), std::string::npos);
 }
 

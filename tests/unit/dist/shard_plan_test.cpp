@@ -18,11 +18,21 @@ std::vector<ParameterInfo> random_params(std::mt19937_64& rng) {
     ParameterInfo p;
     p.name = "t" + std::to_string(i);
     switch (kind(rng)) {
-      case 0: p.shape = {dim(rng), dim(rng)}; break;
-      case 1: p.shape = {dim(rng)}; break;
-      case 2: p.shape = {}; break;  // scalar: one element
-      case 3: p.shape = {dim(rng), 0}; break;
-      default: p.shape = {dim(rng) % 7 + 1, dim(rng) % 5 + 1, dim(rng)}; break;
+      case 0:
+        p.shape = {dim(rng), dim(rng)};
+        break;
+      case 1:
+        p.shape = {dim(rng)};
+        break;
+      case 2:
+        p.shape = {};
+        break;  // scalar: one element
+      case 3:
+        p.shape = {dim(rng), 0};
+        break;
+      default:
+        p.shape = {dim(rng) % 7 + 1, dim(rng) % 5 + 1, dim(rng)};
+        break;
     }
     params.push_back(p);
   }
@@ -106,8 +116,7 @@ TEST(ShardPlan, ReshardRoundTripIsExact) {
     const auto plan_m = make_shard_plan(params, m, 64);
     const auto flat = random_floats(rng, plan_n.total);
     const auto shards_n = split_shards<float>(element_ranges(plan_n), flat);
-    for (int r = 0; r < n; ++r)
-      ASSERT_EQ(shards_n[r].size(), static_cast<size_t>(plan_n.ranks[r].size()));
+    for (int r = 0; r < n; ++r) ASSERT_EQ(shards_n[r].size(), static_cast<size_t>(plan_n.ranks[r].size()));
     const auto shards_m = reshard(plan_n, plan_m, shards_n);
     ASSERT_EQ(shards_m.size(), static_cast<size_t>(m));
     // Each rank of M holds exactly its slice of the original buffer.
@@ -151,8 +160,7 @@ TEST(ShardPlan, QuantizedStateRangesFollowElementRanges) {
           const auto& s = plan.ranks[r];
           if (s.size() > 0) {
             EXPECT_EQ(ranges[r].begin, s.begin / layout.elements_per_unit * layout.bytes_per_unit);
-            EXPECT_EQ(ranges[r].end,
-                      ((s.end - 1) / layout.elements_per_unit + 1) * layout.bytes_per_unit);
+            EXPECT_EQ(ranges[r].end, ((s.end - 1) / layout.elements_per_unit + 1) * layout.bytes_per_unit);
           } else {
             EXPECT_EQ(ranges[r].size(), 0);
           }
