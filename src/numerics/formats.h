@@ -27,15 +27,11 @@ FP4_HD float e2m1_decode(uint8_t code) {
 
 // Magnitude index of |a| rounded to nearest, ties to the even index; saturates at 6.
 // Midpoints: 0.25->0, 0.75->1.0, 1.25->1.0, 1.75->2, 2.5->2, 3.5->4, 5->4.
+// Branch-free: the index is the number of midpoints a lies above (`<=` midpoints round down to the even
+// index, `<` ones up). NaN compares false everywhere and so gives 7, the saturated code.
 FP4_HD uint8_t e2m1_rtn_index(float a) {
-  if (a <= 0.25f) return 0;
-  if (a < 0.75f) return 1;
-  if (a <= 1.25f) return 2;
-  if (a < 1.75f) return 3;
-  if (a <= 2.5f) return 4;
-  if (a < 3.5f) return 5;
-  if (a <= 5.0f) return 6;
-  return 7;
+  return static_cast<uint8_t>(!(a <= 0.25f) + !(a < 0.75f) + !(a <= 1.25f) + !(a < 1.75f) + !(a <= 2.5f) +
+                              !(a < 3.5f) + !(a <= 5.0f));
 }
 
 FP4_HD uint8_t sign_bit_e2m1(float x) { return (float_bits(x) >> 31) ? 0x8u : 0x0u; }
@@ -47,21 +43,21 @@ FP4_HD uint8_t e2m1_encode_rtn(float x) { return sign_bit_e2m1(x) | e2m1_rtn_ind
 FP4_HD uint8_t e2m1_sr_index(float a, uint32_t random) {
   if (a >= 6.0f) return 7;
   uint8_t lo_index;
-  float lo, gap;
+  float lo, inv_gap;  // the gap is a power of two, so multiplying by its inverse is exact
   if (a < 2.0f) {
     lo_index = static_cast<uint8_t>(a * 2.0f);  // exact: a*2 < 4, truncation = floor
     lo = static_cast<float>(lo_index) * 0.5f;
-    gap = 0.5f;
+    inv_gap = 2.0f;
   } else if (a < 4.0f) {
     lo_index = a < 3.0f ? 4 : 5;
     lo = a < 3.0f ? 2.0f : 3.0f;
-    gap = 1.0f;
+    inv_gap = 1.0f;
   } else {
     lo_index = 6;
     lo = 4.0f;
-    gap = 2.0f;
+    inv_gap = 0.5f;
   }
-  const float frac = (a - lo) / gap;  // exact: same binade, power-of-two gap
+  const float frac = (a - lo) * inv_gap;  // exact: a - lo has no rounding in this binade
   const float u = static_cast<float>(random >> 8) * 5.9604644775390625e-8f;  // * 2^-24
   return static_cast<uint8_t>(lo_index + (u < frac ? 1 : 0));
 }
