@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "core/error.h"
+#include "dist/launcher.h"
 #include "report/report.h"
 #include "train/commands.h"
 #include "train/engine_factory.h"
@@ -96,6 +97,20 @@ void report_command(ReportArgs& a) {
   std::fprintf(stderr, "loss curves written to %s\n", a.svg.c_str());
 }
 
+void add_launch(CLI::App& app, fp4::LaunchOptions& a) {
+  auto* cmd = app.add_subcommand(
+      "launch",
+      "run N copies of a command on this host as one job: fp4train launch --gpus N -- <command...>");
+  cmd->add_option("--gpus", a.nprocs, "processes to start, one per GPU (rank i uses device i)")
+      ->required()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--master-addr", a.master_addr, "MASTER_ADDR given to every rank")->capture_default_str();
+  cmd->add_option("--master-port", a.master_port, "MASTER_PORT (0: a free loopback port)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("command", a.command, "the command each rank runs, after --")->required();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,6 +131,8 @@ int main(int argc, char** argv) {
   add_sample(app, sample);
   ReportArgs report;
   add_report(app, report);
+  fp4::LaunchOptions launch;
+  add_launch(app, launch);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -130,6 +147,8 @@ int main(int argc, char** argv) {
       fp4::sample_command(sample);
     else if (app.got_subcommand("report"))
       report_command(report);
+    else if (app.got_subcommand("launch"))
+      return fp4::launch_local(launch);
     else if (const auto r = fp4::train_command(train); r.stop_signal != 0)
       return 128 + r.stop_signal;  // the shell convention for "ended by signal N"
   } catch (const fp4::Error& e) {

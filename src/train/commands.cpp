@@ -7,6 +7,7 @@
 #include "data/manifest.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
+#include "dist/dist_env.h"
 #include "recipe/recipe_io.h"
 #include "train/checkpoint.h"
 #include "train/engine_factory.h"
@@ -26,6 +27,10 @@ RunConfig run_config_from_args(const TrainArgs& args) {
 }
 
 TrainResult train_command(const TrainArgs& args) {
+  // Refuse before any work: each rank would otherwise train the whole model alone.
+  if (const int world = dist_env_from_process().world_size; world > 1)
+    throw Error("multi-process training is not implemented yet (issue 6); WORLD_SIZE=" +
+                std::to_string(world));
   TrainerOptions opts;
   opts.require_resume = args.resume;
   opts.progress_bar = stderr_is_tty();
