@@ -22,7 +22,7 @@ RunConfig run_config_from_args(const TrainArgs& args) {
   std::vector<std::string> overrides;
   if (!args.recipe.empty()) overrides.push_back("recipe.name=" + args.recipe);
   if (!args.out.empty()) overrides.push_back("train.out_dir=" + args.out);
-  overrides.insert(overrides.end(), args.sets.begin(), args.sets.end());
+  for (const auto& s : args.sets) overrides.push_back(expand_recipe_shorthand(s));
   return load_run_config(args.configs, overrides);
 }
 

@@ -562,4 +562,10 @@ std::vector<std::string> identity_differences(const RunConfig& before, const Run
   return out;
 }
 
+std::string expand_recipe_shorthand(const std::string& assignment) {
+  if (assignment.rfind("linear.", 0) == 0 || assignment.rfind("bf16_layers=", 0) == 0)
+    return std::string(kOverridesPrefix) + assignment;
+  return assignment;
+}
+
 }  // namespace fp4

@@ -83,6 +83,10 @@ RunConfig default_run_config();
 RunConfig load_run_config(const std::vector<std::filesystem::path>& files,
                           const std::vector<std::string>& overrides = {});
 
+// Recipe keys given on the command line without their "recipe.overrides." prefix
+// (`--set linear.q2.block=16x16`, `--set bf16_layers=[0,-1]`) get it; other assignments are unchanged.
+std::string expand_recipe_shorthand(const std::string& assignment);
+
 // Applies overrides to an existing config (same rules as load_run_config).
 void apply_overrides(RunConfig& cfg, const std::vector<std::string>& overrides);
 

@@ -219,3 +219,20 @@ TEST(RunConfig, KeysAreUniqueAndDotted) {
 
 }  // namespace
 }  // namespace fp4
+
+namespace fp4 {
+namespace {
+
+// `--recipe tetrajet-v2-base --set linear.q2.block=16x16` reaches the recipe (where the combination is then
+// validated), exactly as the long form recipe.overrides.linear.q2.block does.
+TEST(RunConfig, RecipeKeysNeedNoPrefixOnTheCommandLine) {
+  EXPECT_EQ(expand_recipe_shorthand("linear.q2.block=16x16"), "recipe.overrides.linear.q2.block=16x16");
+  EXPECT_EQ(expand_recipe_shorthand("bf16_layers=[0,-1]"), "recipe.overrides.bf16_layers=[0,-1]");
+  EXPECT_EQ(expand_recipe_shorthand("optim.lr=3e-4"), "optim.lr=3e-4");
+  const RunConfig cfg = load_run_config({}, {"recipe.name=tetrajet-v2-base", expand_recipe_shorthand("linear.q3.sr_headroom=true")});
+  ASSERT_EQ(cfg.recipe.overrides.size(), 1u);
+  EXPECT_EQ(cfg.recipe.overrides[0].first, "linear.q3.sr_headroom");
+}
+
+}  // namespace
+}  // namespace fp4
