@@ -1,4 +1,5 @@
 #include "model/cpu_engine.h"
+#include "model/engine_common.h"
 #include "model/state_index.h"
 
 #include <cmath>
@@ -21,29 +22,6 @@ constexpr const char* kMomentPrefix1 = "adamw.m.";
 constexpr const char* kMomentPrefix2 = "adamw.v.";
 constexpr const char* kStepName = "adamw.step";
 
-void check_batch(const Batch& b, const ModelConfig& cfg, const std::string& what) {
-  FP4_CHECK(b.batch > 0 && b.seq > 0, what, ": empty batch shape ", b.batch, " x ", b.seq);
-  FP4_CHECK(b.seq <= cfg.max_seq_len, what, ": seq ", b.seq, " exceeds max_seq_len ", cfg.max_seq_len);
-  const size_t n = static_cast<size_t>(b.batch) * static_cast<size_t>(b.seq);
-  FP4_CHECK(b.tokens.size() == n, what, ": ", b.tokens.size(), " tokens for shape ", b.batch, " x ", b.seq);
-  FP4_CHECK(b.targets.size() == n, what, ": ", b.targets.size(), " targets for shape ", b.batch, " x ",
-            b.seq);
-  for (size_t i = 0; i < n; ++i)
-    FP4_CHECK(b.targets[i] < cfg.vocab_real, what, ": target ", b.targets[i], " at position ", i,
-              " is outside the vocabulary (", cfg.vocab_real, " ids)");
-}
-
-int64_t count_targets(const Batch& b) {
-  int64_t n = 0;
-  for (int32_t t : b.targets) n += t >= 0;
-  return n;
-}
-
-StateTensor f32_tensor(std::string name, const std::vector<int64_t>& shape, std::span<const float> data) {
-  StateTensor t{std::move(name), "F32", shape, std::vector<uint8_t>(data.size_bytes())};
-  std::memcpy(t.bytes.data(), data.data(), data.size_bytes());
-  return t;
-}
 
 class CpuEngine final : public TrainingEngine {
  public:
@@ -150,14 +128,14 @@ class CpuEngine final : public TrainingEngine {
     std::vector<StateTensor> out;
     const auto& ps = model_.params();
     for (int i = 0; i < ps.size(); ++i)
-      out.push_back(f32_tensor(ps.at(i).info.name, ps.at(i).info.shape, ps.value(i)));
+      out.push_back(f32_state_tensor(ps.at(i).info.name, ps.at(i).info.shape, ps.value(i)));
     for (int i = 0; i < ps.size(); ++i) {
       const auto& p = ps.at(i);
       const auto off = static_cast<size_t>(p.offset), n = static_cast<size_t>(p.info.numel());
       out.push_back(
-          f32_tensor(kMomentPrefix1 + p.info.name, p.info.shape, adam_.first_moment().subspan(off, n)));
+          f32_state_tensor(kMomentPrefix1 + p.info.name, p.info.shape, adam_.first_moment().subspan(off, n)));
       out.push_back(
-          f32_tensor(kMomentPrefix2 + p.info.name, p.info.shape, adam_.second_moment().subspan(off, n)));
+          f32_state_tensor(kMomentPrefix2 + p.info.name, p.info.shape, adam_.second_moment().subspan(off, n)));
     }
     StateTensor step{kStepName, "I64", {1}, std::vector<uint8_t>(sizeof(int64_t))};
     const int64_t s = adam_.step_count();

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "model/cuda/batch_upload.h"
 #include "model/cuda/cuda_engine.h"
+#include "model/engine_common.h"
 #include "model/state_index.h"
 #include "model/cuda/cuda_olmo2.h"
 #include "model/cuda/device_adamw.h"
@@ -47,34 +48,6 @@ class Stream {
   cudaStream_t s_ = nullptr;
 };
 
-// The CPU engine's batch rules, plus the token range its forward checks.
-void check_batch(const Batch& b, const ModelConfig& cfg, const std::string& what, bool targets) {
-  FP4_CHECK(b.batch > 0 && b.seq > 0, what, ": empty batch shape ", b.batch, " x ", b.seq);
-  FP4_CHECK(b.seq <= cfg.max_seq_len, what, ": seq ", b.seq, " exceeds max_seq_len ", cfg.max_seq_len);
-  const size_t n = static_cast<size_t>(b.batch) * static_cast<size_t>(b.seq);
-  FP4_CHECK(b.tokens.size() == n, what, ": ", b.tokens.size(), " tokens for shape ", b.batch, " x ", b.seq);
-  for (size_t i = 0; i < n; ++i)
-    FP4_CHECK(b.tokens[i] >= 0 && b.tokens[i] < cfg.vocab_size, what, ": token ", b.tokens[i],
-              " at position ", i, " is outside the embedding table (", cfg.vocab_size, " rows)");
-  if (!targets) return;
-  FP4_CHECK(b.targets.size() == n, what, ": ", b.targets.size(), " targets for shape ", b.batch, " x ",
-            b.seq);
-  for (size_t i = 0; i < n; ++i)
-    FP4_CHECK(b.targets[i] < cfg.vocab_real, what, ": target ", b.targets[i], " at position ", i,
-              " is outside the vocabulary (", cfg.vocab_real, " ids)");
-}
-
-int64_t count_targets(const Batch& b) {
-  int64_t n = 0;
-  for (int32_t t : b.targets) n += t >= 0;
-  return n;
-}
-
-StateTensor f32_tensor(std::string name, const std::vector<int64_t>& shape, const std::vector<float>& data) {
-  StateTensor t{std::move(name), "F32", shape, std::vector<uint8_t>(data.size() * sizeof(float))};
-  std::memcpy(t.bytes.data(), data.data(), t.bytes.size());
-  return t;
-}
 
 class CudaEngine final : public TrainingEngine, public GradientProbe {
  public:
@@ -177,15 +150,15 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
       const auto& p = params_->at(i);
       std::vector<float> buf(static_cast<size_t>(p.info.numel()));
       params_->read_value(i, buf);
-      out.push_back(f32_tensor(p.info.name, p.info.shape, buf));
+      out.push_back(f32_state_tensor(p.info.name, p.info.shape, buf));
     }
     for (int i = 0; i < params_->size(); ++i) {
       const auto& p = params_->at(i);
       std::vector<float> buf(static_cast<size_t>(p.info.numel()));
       adam_->read_moment(0, p, buf);
-      out.push_back(f32_tensor(kMomentPrefix1 + p.info.name, p.info.shape, buf));
+      out.push_back(f32_state_tensor(kMomentPrefix1 + p.info.name, p.info.shape, buf));
       adam_->read_moment(1, p, buf);
-      out.push_back(f32_tensor(kMomentPrefix2 + p.info.name, p.info.shape, buf));
+      out.push_back(f32_state_tensor(kMomentPrefix2 + p.info.name, p.info.shape, buf));
     }
     StateTensor step{kStepName, "I64", {1}, std::vector<uint8_t>(sizeof(int64_t))};
     const int64_t s = adam_->step_count();
