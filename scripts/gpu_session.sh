@@ -10,6 +10,8 @@
 #   data         unpack .carry/corpus.tar.xz and prepare GPT-2 shards (data/shards-gpt2)
 #   quick        200 steps of olmo2-30m per recipe (speed and sanity)
 #   exp30m       olmo2-30m, every recipe, $EXP_STEPS steps (default 3052: 100M tokens), then the report
+#   qprofile     Nsight Compute sections of the quantization kernels + their SASS instruction counts
+#   stepprofile  per-kernel times of one olmo2-70m training step (bf16 and tetrajet-v2-base) under ncu
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -31,6 +33,7 @@ configure_and_build() {  # configure_and_build TARGET...
   return $rc
 }
 phase_build() { configure_and_build fp4train test_cuda train_bench engine_dump_cuda engine_dump; }
+phase_buildq() { configure_and_build quantize_bench train_bench; }
 phase_buildlite() { configure_and_build fp4train train_bench; }  # what training and the recipe bench need
 phase_recipebench() {
   for cfg in olmo2-70m olmo2-370m; do
@@ -97,6 +100,34 @@ phase_exp30m() {
     --title "olmo2-30m, $steps steps x 32k tokens" >"$out/olmo2-30m.md" 2>>"$out/report.log"
   cat "$out/olmo2-30m.md"
   tar czf "$out/runs-30m.tar.gz" runs/30m-*/metrics.jsonl runs/30m-*/config.json runs/30m-*/recipe.toml runs/30m-*.log
+}
+
+ncu_bin() { command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1; }
+phase_qprofile() {
+  local ncu
+  ncu=$(ncu_bin)
+  [ -n "$ncu" ] || { note "no ncu"; return 1; }
+  for kc in quantize_nvfp4_kernel:24 quantize_dual_kernel:2 amax:2; do
+    local k=${kc%%:*} c=${kc##*:}
+    timeout 150 "$ncu" -k "regex:$k" -c $c --section SpeedOfLight --section Occupancy --section WarpStateStats \
+      --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+      $B/quantize_bench --sizes-mib 64 --dtypes bf16 --runs 1 >"$out/ncu-$k.txt" 2>&1
+  done
+  for f in quant_nvfp4 quant_dual; do
+    obj=$(find $B -name "$f.cu.o" | head -1)
+    cuobjdump -sass "$obj" 2>&1 | gzip >"$out/sass-$f.txt.gz"
+  done
+  note "qprofile done: $(ls "$out" | grep -c ncu-) ncu reports"
+  grep -E "^  [a-z_]+.*kernel|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Issue Slots Busy|Registers Per" "$out"/ncu-*.txt | head -60
+}
+phase_stepprofile() {
+  local ncu
+  ncu=$(ncu_bin)
+  for r in bf16 tetrajet-v2-base; do
+    timeout 200 "$ncu" --metrics gpu__time_duration.sum --csv --print-units base \
+      $B/train_bench --config olmo2-70m --steps 1 --warmup 1 --recipes $r >"$out/stepprofile-$r.csv" 2>"$out/stepprofile-$r.err"
+    note "stepprofile $r rc=$? $(wc -l <"$out/stepprofile-$r.csv") lines"
+  done
 }
 
 for p in "$@"; do
