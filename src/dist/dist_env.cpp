@@ -41,6 +41,7 @@ DistEnv parse_dist_env(const EnvLookup& lookup) {
   if (!rank && !world) return env;  // a plain single-process run
   FP4_CHECK(rank, "environment variable RANK (or SLURM_PROCID) is not set but ", world->name, " is");
   FP4_CHECK(world, "environment variable WORLD_SIZE (or SLURM_NTASKS) is not set but ", rank->name, " is");
+  env.launched = true;
   env.rank = parse_int(*rank);
   env.world_size = parse_int(*world);
   FP4_CHECK(env.world_size >= 1, "environment variable ", world->name, "=", env.world_size, " must be >= 1");
