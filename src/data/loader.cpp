@@ -110,6 +110,25 @@ Batch DataLoader::next() {
   return b;
 }
 
+Batch DataLoader::next_slice(int rank, int world) {
+  FP4_CHECK(options_.world_size == 1, "data loader: next_slice needs an unsliced loader (world size ",
+            options_.world_size, ")");
+  FP4_CHECK(world >= 1 && rank >= 0 && rank < world, "data loader: rank ", rank, " outside world size ", world);
+  FP4_CHECK(world <= options_.batch, "data loader: a batch of ", options_.batch, " rows cannot give each of ",
+            world, " ranks a row (data.batch must be >= the number of processes)");
+  Batch b = empty_batch((options_.batch - rank + world - 1) / world, options_.seq);
+  for (int row = 0; row < options_.batch; ++row) {
+    if (position_ == per_rank_) {
+      ++epoch_;
+      position_ = 0;
+      build_permutation();
+    }
+    const int64_t w = window_of(position_++);
+    if (row % world == rank) fill_window(stream_, w * options_.seq, options_.seq, row / world, b);
+  }
+  return b;
+}
+
 LoaderState DataLoader::state() const {
   return {options_.seed, epoch_, position_, options_.seq, windows_, options_.rank, options_.world_size};
 }

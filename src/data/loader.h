@@ -73,6 +73,12 @@ class DataLoader {
   explicit DataLoader(const LoaderOptions& options);
 
   Batch next();
+  // Data parallelism: consumes the same `batch` windows as next() but returns only rows rank,
+  // rank + world, ... of them (in order), as a batch of ceil((batch - rank) / world) rows. Every rank
+  // of a job holds the same loader (world_size 1 in its options) and calls this with its own rank, so
+  // the ranks' rows are disjoint, together make next()'s batch, and state() resumes on any world size.
+  // Throws fp4::Error unless 0 <= rank < world <= batch and the loader itself is unsliced.
+  Batch next_slice(int rank, int world);
   LoaderState state() const;
   // Throws fp4::Error when the state was made for another seq length, data size or rank layout.
   void restore(const LoaderState& state);

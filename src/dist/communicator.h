@@ -46,7 +46,11 @@ class Communicator {
   // Afterwards data[ranges[q]] holds rank q's data[ranges[q]] on every rank, for every q.
   virtual void all_gather(float* data, std::span<const IndexRange> ranges, void* stream = nullptr) = 0;
 
-  // Returns once every rank has called it (device backends: once the queued work is done).
+  // The same sum over host memory whatever the backend: small control values (token counts, stop
+  // flags, evaluation sums). Returns with the result; queued device work is not waited for.
+  virtual void host_all_reduce_sum(void* data, int64_t count, CommType type) = 0;
+
+  // Returns once every rank has called it; queued device work is not waited for.
   virtual void barrier(void* stream = nullptr) = 0;
 };
 

@@ -33,7 +33,10 @@ class NcclCommunicator final : public Communicator {
   void all_reduce_sum(void* data, int64_t count, CommType type, void* stream) override;
   void reduce_scatter_sum(float* data, std::span<const IndexRange> ranges, void* stream) override;
   void all_gather(float* data, std::span<const IndexRange> ranges, void* stream) override;
-  // Host-side: returns once every rank has called it; queued GPU work is not waited for.
+  // Host-side, over the TCP side channel.
+  void host_all_reduce_sum(void* data, int64_t count, CommType type) override {
+    host_->all_reduce_sum(data, count, type);
+  }
   void barrier(void* stream) override;
 
  private:

@@ -74,6 +74,8 @@ void send_exactly(const Socket& s, const void* data, size_t n, SteadyClock::time
     FP4_CHECK(wait_ready(s.fd(), POLLOUT, deadline, where), where, ": timed out sending ", what);
     const ssize_t k = ::send(s.fd(), p, n, MSG_NOSIGNAL);
     if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    FP4_CHECK(!(k < 0 && (errno == ECONNRESET || errno == EPIPE)), where,
+              ": the peer closed the connection (it stopped) while sending ", what);
     FP4_CHECK(k > 0, where, ": sending ", what, " failed: ", std::strerror(errno));
     p += k;
     n -= static_cast<size_t>(k);
@@ -87,7 +89,8 @@ void recv_exactly(const Socket& s, void* data, size_t n, SteadyClock::time_point
     FP4_CHECK(wait_ready(s.fd(), POLLIN, deadline, where), where, ": timed out waiting for ", what);
     const ssize_t k = ::recv(s.fd(), p, n, 0);
     if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-    FP4_CHECK(k != 0, where, ": the peer closed the connection (it stopped) before sending ", what);
+    FP4_CHECK(k != 0 && !(k < 0 && errno == ECONNRESET), where,
+              ": the peer closed the connection (it stopped) before sending ", what);
     FP4_CHECK(k > 0, where, ": receiving ", what, " failed: ", std::strerror(errno));
     p += k;
     n -= static_cast<size_t>(k);

@@ -34,6 +34,9 @@ class TcpCommunicator final : public Communicator {
   void all_reduce_sum(void* data, int64_t count, CommType type, void* stream = nullptr) override;
   void reduce_scatter_sum(float* data, std::span<const IndexRange> ranges, void* stream = nullptr) override;
   void all_gather(float* data, std::span<const IndexRange> ranges, void* stream = nullptr) override;
+  void host_all_reduce_sum(void* data, int64_t count, CommType type) override {
+    all_reduce_sum(data, count, type);
+  }
   void barrier(void* stream = nullptr) override;
 
  private:

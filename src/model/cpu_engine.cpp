@@ -6,12 +6,13 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <algorithm>
 
 #include "core/error.h"
 #include "model/olmo2.h"
 #include "ops/ops.h"
 #include "optim/adamw.h"
-#include "optim/grad_clip.h"
+#include "optim/grad_buckets.h"
 #include "tensor/tensor.h"
 
 namespace fp4 {
@@ -49,36 +50,72 @@ class CpuEngine final : public TrainingEngine {
       check_batch(micro_batches[i], config(), where + " micro-batch " + std::to_string(i));
       total += count_targets(micro_batches[i]);
     }
+    if (comm_) comm_->all_reduce_sum(&total, 1, CommType::kI64);  // the job's targets
     FP4_CHECK(total > 0, where, ": no target tokens in ", micro_batches.size(), " micro-batches");
 
     auto& params = model_.params();
     params.zero_grads();
-    // Each token's loss is divided by the step's total token count: micro-batches are averaged by
-    // tokens, exactly as one large batch would be.
+    // Each token's loss is divided by the step's total token count (over all ranks): micro-batches
+    // and ranks are averaged by tokens, exactly as one large batch would be.
     const float grad_scale = static_cast<float>(1.0 / static_cast<double>(total));
     cpu::LossSums sums;
-    for (size_t i = 0; i < micro_batches.size(); ++i) {
+    std::string fault;  // why this rank cannot finish the step
+    for (size_t i = 0; i < micro_batches.size() && fault.empty(); ++i) {
       const Batch& mb = micro_batches[i];
       // Quantized layers draw fresh SR bits and RHT signs per forward: index them by (step, micro-batch).
       model_.quant_context().call = (static_cast<uint64_t>(step) << 8) | (i & 0xFF);
       model_.forward(mb.tokens.data(), mb.batch, mb.seq);
       const auto s = model_.loss(mb.targets.data(), true, grad_scale);
-      if (!std::isfinite(s.loss)) FP4_THROW(where, ": loss is ", s.loss, "; ", diagnose_forward());
+      if (!std::isfinite(s.loss)) {
+        fault = detail::concat(where, ": loss is ", s.loss, "; ", diagnose_forward());
+        break;
+      }
       sums.loss += s.loss;
       sums.ce += s.ce;
       sums.tokens += s.tokens;
       model_.backward();
     }
-    check_gradients(where);
+    if (fault.empty()) fault = find_nonfinite_gradient(where);
+    // Every rank learns whether any rank failed, so all stop together instead of waiting on each other.
+    double agreed[3] = {sums.loss, sums.ce, fault.empty() ? 0.0 : 1.0};
+    if (comm_) comm_->all_reduce_sum(agreed, 3, CommType::kF64);
+    if (!fault.empty()) FP4_THROW(fault);
+    FP4_CHECK(agreed[2] == 0, where, ": another rank found a non-finite loss or gradient (see its message)");
 
     StepStats stats;
-    stats.loss = sums.loss / static_cast<double>(total);
-    stats.ce_loss = sums.ce / static_cast<double>(total);
+    stats.loss = agreed[0] / static_cast<double>(total);
+    stats.ce_loss = agreed[1] / static_cast<double>(total);
     stats.tokens = total;
-    stats.grad_norm = global_grad_norm(params);
-    clip_grad_norm(params, stats.grad_norm, hyper.grad_clip);
+    if (comm_) reduce_gradients();
+    const IndexRange shard = adam_.shard();
+    auto grads = params.grads().subspan(static_cast<size_t>(shard.begin), static_cast<size_t>(shard.size()));
+    double sumsq = shard_sum_squares();
+    if (comm_) comm_->all_reduce_sum(&sumsq, 1, CommType::kF64);
+    stats.grad_norm = std::sqrt(sumsq);
+    if (hyper.grad_clip > 0.0f) {  // clip_grad_norm's rule, on this rank's shard
+      const double coef = hyper.grad_clip / (stats.grad_norm + 1e-6);
+      if (coef < 1.0) cpu::scale(grads.data(), static_cast<int64_t>(grads.size()), static_cast<float>(coef));
+    }
     adam_.step(params, hyper);
+    if (comm_) comm_->all_gather(params.values().data(), shards_);
     return stats;
+  }
+
+  void set_data_parallel(const DataParallel& dp) override {
+    FP4_CHECK(dp.comm != nullptr && !dp.comm->device_memory(), "CPU engine: data parallelism needs a host ",
+              "communicator (got ", dp.comm ? dp.comm->backend() : std::string("none"), ")");
+    const int world = dp.comm->world_size();
+    FP4_CHECK(static_cast<int>(dp.shards.size()) == world, "CPU engine: ", dp.shards.size(), " shards for ",
+              world, " ranks");
+    int64_t covered = 0;
+    for (const auto& r : dp.shards) covered += r.size();
+    FP4_CHECK(covered == model_.params().numel(), "CPU engine: the shards cover ", covered, " of ",
+              model_.params().numel(), " parameters");
+    FP4_CHECK(adam_.step_count() == 0, "CPU engine: data parallelism must be set before the first step");
+    comm_ = dp.comm;
+    shards_ = dp.shards;
+    buckets_ = gradient_buckets(parameters());
+    adam_ = AdamW(model_.params(), shards_[static_cast<size_t>(comm_->rank())]);
   }
 
   StepStats evaluate(const Batch& batch) override {
@@ -124,18 +161,19 @@ class CpuEngine final : public TrainingEngine {
     std::copy(in.begin(), in.end(), v.begin());
   }
 
+  // Full tensors whatever the world size; with data parallelism the moments are gathered (collective).
   std::vector<StateTensor> save_state() const override {
     std::vector<StateTensor> out;
     const auto& ps = model_.params();
     for (int i = 0; i < ps.size(); ++i)
       out.push_back(f32_state_tensor(ps.at(i).info.name, ps.at(i).info.shape, ps.value(i)));
+    const std::vector<float> m = full_moment(adam_.first_moment());
+    const std::vector<float> v = full_moment(adam_.second_moment());
     for (int i = 0; i < ps.size(); ++i) {
       const auto& p = ps.at(i);
       const auto off = static_cast<size_t>(p.offset), n = static_cast<size_t>(p.info.numel());
-      out.push_back(
-          f32_state_tensor(kMomentPrefix1 + p.info.name, p.info.shape, adam_.first_moment().subspan(off, n)));
-      out.push_back(
-          f32_state_tensor(kMomentPrefix2 + p.info.name, p.info.shape, adam_.second_moment().subspan(off, n)));
+      out.push_back(f32_state_tensor(kMomentPrefix1 + p.info.name, p.info.shape, std::span(m).subspan(off, n)));
+      out.push_back(f32_state_tensor(kMomentPrefix2 + p.info.name, p.info.shape, std::span(v).subspan(off, n)));
     }
     StateTensor step{kStepName, "I64", {1}, std::vector<uint8_t>(sizeof(int64_t))};
     const int64_t s = adam_.step_count();
@@ -144,7 +182,8 @@ class CpuEngine final : public TrainingEngine {
     return out;
   }
 
-  // Tensors this engine does not know (a trainer's own entries) are left alone.
+  // Tensors this engine does not know (a trainer's own entries) are left alone. A data-parallel rank
+  // keeps the moments of its shard only, whatever world size wrote the state.
   void load_state(const std::vector<StateTensor>& state) override {
     const StateIndex index(state);
     auto find = [&](const std::string& name, const char* dtype,
@@ -164,12 +203,19 @@ class CpuEngine final : public TrainingEngine {
     int64_t s = 0;
     std::memcpy(&s, step.bytes.data(), sizeof(s));
     FP4_CHECK(s >= 0, "load_state: tensor '", kStepName, "' holds a negative step ", s);
+    const IndexRange shard = adam_.shard();
     for (int i = 0; i < ps.size(); ++i) {
       const auto& p = ps.at(i);
-      const auto off = static_cast<size_t>(p.offset), n = static_cast<size_t>(p.info.numel());
-      std::memcpy(ps.value(i).data(), values[static_cast<size_t>(i)]->bytes.data(), n * 4);
-      std::memcpy(adam_.first_moment().data() + off, m[static_cast<size_t>(i)]->bytes.data(), n * 4);
-      std::memcpy(adam_.second_moment().data() + off, v[static_cast<size_t>(i)]->bytes.data(), n * 4);
+      const auto k = static_cast<size_t>(i);
+      std::memcpy(ps.value(i).data(), values[k]->bytes.data(), static_cast<size_t>(p.info.numel()) * 4);
+      // The part of parameter i inside this rank's shard.
+      const int64_t lo = std::max(p.offset, shard.begin);
+      const int64_t hi = std::min(p.offset + p.info.numel(), shard.end);
+      if (lo >= hi) continue;
+      const size_t from = static_cast<size_t>(lo - p.offset) * 4, to = static_cast<size_t>(lo - shard.begin);
+      const size_t bytes = static_cast<size_t>(hi - lo) * 4;
+      std::memcpy(adam_.first_moment().data() + to, m[k]->bytes.data() + from, bytes);
+      std::memcpy(adam_.second_moment().data() + to, v[k]->bytes.data() + from, bytes);
     }
     adam_.set_step_count(s);
   }
@@ -197,20 +243,54 @@ class CpuEngine final : public TrainingEngine {
   }
 
   // Gradients are scanned in backward order (LM head first), so the parameter named is the one
-  // closest to where the NaN/Inf entered the backward.
-  void check_gradients(const std::string& where) const {
+  // closest to where the NaN/Inf entered the backward. "" when all are finite.
+  std::string find_nonfinite_gradient(const std::string& where) const {
     const auto& ps = model_.params();
     for (int i = ps.size(); i-- > 0;) {
       const auto g = ps.grad(i);
       const int64_t at = cpu::first_nonfinite(g.data(), static_cast<int64_t>(g.size()));
       if (at >= 0)
-        FP4_THROW(where, ": non-finite gradient (", g[static_cast<size_t>(at)], ") in parameter ",
-                  ps.at(i).info.name, " at element ", at);
+        return detail::concat(where, ": non-finite gradient (", g[static_cast<size_t>(at)], ") in parameter ",
+                              ps.at(i).info.name, " at element ", at);
     }
+    return "";
+  }
+
+  // Sums the gradients over ranks, bucket by bucket in backward order: each rank receives the sum
+  // over its own shard (the rest of its gradient buffer is stale afterwards).
+  void reduce_gradients() {
+    float* grads = model_.params().grads().data();
+    for (const auto& b : buckets_) comm_->reduce_scatter_sum(grads, bucket_shards(b.range, shards_));
+  }
+
+  // Sum of squared gradients over this rank's shard, parameter by parameter (global_grad_norm's order
+  // when the shard is everything).
+  double shard_sum_squares() const {
+    const auto& ps = model_.params();
+    const IndexRange shard = adam_.shard();
+    double ss = 0;
+    for (int i = 0; i < ps.size(); ++i) {
+      const int64_t off = ps.at(i).offset;
+      const int64_t lo = std::max(off, shard.begin), hi = std::min(off + ps.at(i).info.numel(), shard.end);
+      if (lo < hi) ss += cpu::sum_squares(ps.grad(i).data() + (lo - off), hi - lo);
+    }
+    return ss;
+  }
+
+  // A moment of every element: this rank's shard, and with data parallelism the others' gathered.
+  std::vector<float> full_moment(std::span<const float> shard_state) const {
+    const IndexRange shard = adam_.shard();
+    std::vector<float> full(static_cast<size_t>(model_.params().numel()), 0.0f);
+    std::copy(shard_state.begin(), shard_state.end(), full.begin() + shard.begin);
+    if (comm_) comm_->all_gather(full.data(), shards_);
+    return full;
   }
 
   Olmo2Model model_;
   AdamW adam_;
+  Communicator* comm_ = nullptr;  // data parallelism, when set
+  std::vector<IndexRange> shards_;
+  std::vector<GradBucket> buckets_;
 };
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "dist/communicator.h"
 #include "model/config.h"
 
 namespace fp4 {
@@ -57,6 +59,14 @@ struct StateTensor {
   std::vector<uint8_t> bytes;
 };
 
+// One rank of a data-parallel job (ZeRO-1). comm outlives the engine's use of it; shards[q] is the range
+// of the flat parameter buffer (parameters() order, each tensor's elements row-major, no gaps) whose
+// optimizer state rank q keeps (dist/shard_plan.h makes them).
+struct DataParallel {
+  Communicator* comm = nullptr;
+  std::vector<IndexRange> shards;
+};
+
 class TrainingEngine {
  public:
   virtual ~TrainingEngine() = default;
@@ -83,6 +93,19 @@ class TrainingEngine {
   virtual std::vector<StateTensor> save_state() const = 0;
   // Throws fp4::Error naming the tensor when a name is missing or a shape/dtype disagrees.
   virtual void load_state(const std::vector<StateTensor>& state) = 0;
+
+  // Makes this engine rank comm->rank() of a data-parallel job, before its first step or load_state.
+  // Then train_step takes this rank's slice of every micro-batch: the loss is normalised by the
+  // target count of all ranks together, gradients are summed over ranks bucket by bucket
+  // (reduce-scatter to the owners), the clipping norm covers every rank's shard, each rank updates its
+  // own shard (optimizer state for it alone) and the parameters are all-gathered; the returned
+  // statistics are the job's, equal on every rank. save_state() and load_state() stay world-size free
+  // (full tensors): saving gathers the shards and is collective, loading keeps this rank's range.
+  // evaluate() and last_logits() stay local. Engines without data parallelism throw fp4::Error.
+  virtual void set_data_parallel(const DataParallel& dp) {
+    (void)dp;
+    FP4_THROW("engine ", device_name(), " does not support data-parallel training");
+  }
 };
 
 }  // namespace fp4

@@ -1,5 +1,6 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -7,8 +8,13 @@
 
 namespace fp4 {
 
-AdamW::AdamW(const ParameterSet& params)
-    : m_(static_cast<size_t>(params.numel()), 0.0f), v_(static_cast<size_t>(params.numel()), 0.0f) {}
+AdamW::AdamW(const ParameterSet& params) : AdamW(params, IndexRange{0, params.numel()}) {}
+
+AdamW::AdamW(const ParameterSet& params, IndexRange shard)
+    : shard_(shard), m_(static_cast<size_t>(std::max<int64_t>(shard.size(), 0)), 0.0f), v_(m_.size(), 0.0f) {
+  FP4_CHECK(shard.begin >= 0 && shard.begin <= shard.end && shard.end <= params.numel(), "AdamW: shard [",
+            shard.begin, ", ", shard.end, ") is outside the ", params.numel(), " parameters");
+}
 
 void AdamW::set_step_count(int64_t step) {
   FP4_CHECK(step >= 0, "AdamW: negative step count ", step);
@@ -16,8 +22,8 @@ void AdamW::set_step_count(int64_t step) {
 }
 
 void AdamW::step(ParameterSet& params, const StepHyper& h) {
-  FP4_CHECK(static_cast<int64_t>(m_.size()) == params.numel(), "AdamW: state sized for ", m_.size(),
-            " elements, parameters hold ", params.numel());
+  FP4_CHECK(shard_.end <= params.numel(), "AdamW: state for elements up to ", shard_.end,
+            ", parameters hold ", params.numel());
   FP4_CHECK(std::isfinite(h.lr) && h.lr >= 0.0f, "AdamW: learning rate must be finite and >= 0, got ", h.lr);
   FP4_CHECK(h.beta1 >= 0.0f && h.beta1 < 1.0f, "AdamW: beta1 must be in [0, 1), got ", h.beta1);
   FP4_CHECK(h.beta2 >= 0.0f && h.beta2 < 1.0f, "AdamW: beta2 must be in [0, 1), got ", h.beta2);
@@ -32,12 +38,17 @@ void AdamW::step(ParameterSet& params, const StepHyper& h) {
   args.eps = h.eps;
   args.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), step_));
   args.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), step_));
+  auto values = params.values();
+  auto grads = params.grads();
   for (int i = 0; i < params.size(); ++i) {
     const auto& p = params.at(i);
+    // The part of parameter i inside the shard.
+    const int64_t lo = std::max(p.offset, shard_.begin);
+    const int64_t hi = std::min(p.offset + p.info.numel(), shard_.end);
+    if (lo >= hi) continue;
     args.weight_decay = p.info.weight_decay ? h.weight_decay : 0.0f;
-    const auto off = static_cast<size_t>(p.offset);
-    cpu::adamw_update(params.value(i).data(), m_.data() + off, v_.data() + off, params.grad(i).data(),
-                      p.info.numel(), args);
+    const auto s = static_cast<size_t>(lo - shard_.begin);
+    cpu::adamw_update(values.data() + lo, m_.data() + s, v_.data() + s, grads.data() + lo, hi - lo, args);
   }
 }
 

@@ -89,6 +89,12 @@ std::string checkpoint_name(int64_t step) {
 
 fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEngine& engine,
                          const nlohmann::json& trainer, const SaveOptions& options) {
+  return save_checkpoint(run_dir, step, engine, trainer, engine.save_state(), options);
+}
+
+fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEngine& engine,
+                         const nlohmann::json& trainer, const std::vector<StateTensor>& state,
+                         const SaveOptions& options) {
   FP4_CHECK(step >= 0, "save_checkpoint: negative step ", step);
   FP4_CHECK(trainer.is_object() && trainer.contains("step") && trainer["step"] == step,
             "save_checkpoint: trainer state must carry \"step\": ", step);
@@ -110,7 +116,7 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEn
       {"format", "pt"}, {"step", std::to_string(step)}, {"model", engine.config().name}};
   write_safetensors(tmp / kModelFile, params, meta);
   stage("model");
-  write_safetensors(tmp / kStateFile, engine.save_state(), {{"step", std::to_string(step)}});
+  write_safetensors(tmp / kStateFile, state, {{"step", std::to_string(step)}});
   stage("state");
   write_file_synced(tmp / kTrainerFile, trainer.dump(2) + "\n");
   stage("trainer");

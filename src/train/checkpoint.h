@@ -38,6 +38,11 @@ struct SaveOptions {
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step,
                                       const TrainingEngine& engine, const nlohmann::json& trainer,
                                       const SaveOptions& options = {});
+// The same with the engine state already taken: data-parallel ranks gather it together (a collective
+// save_state()) and rank 0 alone writes the checkpoint, which is the one a single process writes.
+std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step,
+                                      const TrainingEngine& engine, const nlohmann::json& trainer,
+                                      const std::vector<StateTensor>& state, const SaveOptions& options = {});
 
 // The checkpoint `latest` names; nullopt when the run dir has none. Throws fp4::Error when
 // `latest` names a directory that does not exist.

@@ -27,15 +27,13 @@ RunConfig run_config_from_args(const TrainArgs& args) {
 }
 
 TrainResult train_command(const TrainArgs& args) {
-  // Refuse before any work: each rank would otherwise train the whole model alone.
-  if (const int world = dist_env_from_process().world_size; world > 1)
-    throw Error("multi-process training is not implemented yet (issue 6); WORLD_SIZE=" +
-                std::to_string(world));
   TrainerOptions opts;
   opts.require_resume = args.resume;
   opts.progress_bar = stderr_is_tty();
+  opts.dist = dist_env_from_process();  // RANK, WORLD_SIZE, ... when a launcher started this process
   Trainer trainer(run_config_from_args(args), opts);
   const TrainResult r = trainer.run();
+  if (trainer.dist().rank != 0) return r;  // rank 0 reports for the job
   if (r.stop_signal) {
     std::printf("stopped at step %lld | checkpoint %s\n", static_cast<long long>(r.step),
                 r.last_checkpoint.string().c_str());

@@ -1,9 +1,13 @@
 #include "train/trainer.h"
 
 #include <cmath>
+#include <csignal>
+#include <exception>
 
 #include "core/error.h"
 #include "recipe/recipe_io.h"
+#include "dist/make_communicator.h"
+#include "dist/shard_plan.h"
 #include "train/checkpoint.h"
 #include "train/data_setup.h"
 #include "train/engine_factory.h"
@@ -22,6 +26,15 @@ Recipe load_run_recipe(const RecipeConfig& cfg) {
 Trainer::Trainer(RunConfig cfg, TrainerOptions options)
     : cfg_(std::move(cfg)), options_(std::move(options)), run_dir_(cfg_.train.out_dir) {
   validate(cfg_);
+  dist_ = options_.dist ? *options_.dist : dist_env_from_process();
+  if (!lead()) {  // one voice: rank 0 logs and writes; the others only report errors (exceptions)
+    quiet_log_.reset(std::fopen("/dev/null", "w"));
+    FP4_CHECK(quiet_log_, "rank ", dist_.rank, ": cannot open /dev/null");
+    options_.log = quiet_log_.get();
+    options_.progress_bar = false;
+    set_up();
+    return;
+  }
   fs::path created;  // the outermost directory of run_dir_ that does not exist yet
   for (fs::path p = fs::absolute(run_dir_); !fs::exists(p); p = p.parent_path()) created = p;
   fs::create_directories(run_dir_);
@@ -34,6 +47,40 @@ Trainer::Trainer(RunConfig cfg, TrainerOptions options)
     if (!created.empty()) fs::remove_all(created);
     throw;
   }
+}
+
+void Trainer::set_up_data_parallel(int64_t resume_step) {
+  comm_ = make_communicator(dist_, cfg_.train.device == "cuda", [this](const std::string& l) { log(l); });
+  const int world = comm_->world_size();
+  FP4_CHECK(cfg_.data.batch >= world, "data.batch = ", cfg_.data.batch, " rows cannot be split over ", world,
+            " processes: each rank needs at least one row of every micro-batch");
+  const ShardPlan plan = make_shard_plan(engine_->parameters(), world);
+  DataParallel dp;
+  dp.comm = comm_.get();
+  for (const auto& r : plan.ranks) dp.shards.push_back({r.begin, r.end});
+  engine_->set_data_parallel(dp);
+  // Every rank must resume from the same checkpoint (a shared run directory).
+  double steps[2] = {static_cast<double>(resume_step), static_cast<double>(resume_step) * resume_step};
+  comm_->host_all_reduce_sum(steps, 2, CommType::kF64);
+  const double mean = steps[0] / world;
+  FP4_CHECK(steps[1] == mean * mean * world, "rank ", dist_.rank, " found checkpoint step ", resume_step,
+            " in ", run_dir_.string(), " but other ranks found others: the ranks must share the run directory");
+  log("data parallel: " + std::to_string(world) + " rank(s) over " + comm_->backend() + ", ZeRO-1 shards of " +
+      std::to_string(plan.ranks.front().size()) + ".." + std::to_string(plan.ranks.back().size()) +
+      " parameters, " + std::to_string(cfg_.data.batch) + " rows per micro-batch split over the ranks");
+}
+
+Batch Trainer::next_micro_batch() {
+  return comm_ ? train_->next_slice(comm_->rank(), comm_->world_size()) : train_->next();
+}
+
+int Trainer::agreed_stop_signal() {
+  const int mine = StopSignalScope::received();
+  if (!comm_) return mine;
+  double v[2] = {mine ? 1.0 : 0.0, static_cast<double>(mine)};
+  comm_->host_all_reduce_sum(v, 2, CommType::kF64);
+  if (v[0] == 0) return 0;
+  return mine ? mine : static_cast<int>(v[1] / v[0]);  // the signal the others received
 }
 
 void Trainer::set_up() {
@@ -65,9 +112,16 @@ void Trainer::set_up() {
   }
 
   // The engine first: a device this build lacks is reported before any data work.
-  engine_ = make_engine(cfg_, recipe_);
+  engine_ = make_engine(cfg_, recipe_, dist_.local_rank);
+  if (dist_.launched) set_up_data_parallel(ckpt ? ckpt->step() : -1);
 
-  const Manifest train_manifest = ensure_prepared_data(cfg_, [this](const std::string& l) { log(l); });
+  // Rank 0 prepares the data when needed; the others read it once it is there.
+  const auto data_log = [this](const std::string& l) { log(l); };
+  std::optional<Manifest> prepared;
+  if (lead()) prepared = ensure_prepared_data(cfg_, data_log);
+  if (comm_) comm_->barrier();
+  if (!lead()) prepared = ensure_prepared_data(cfg_, data_log);
+  const Manifest train_manifest = *prepared;
   check_data_fits(cfg_, train_manifest, cfg_.data.train_dir);
   const Manifest val_manifest =
       cfg_.val_dir() == cfg_.data.train_dir ? train_manifest : read_manifest(cfg_.val_dir());
@@ -108,6 +162,7 @@ void Trainer::set_up() {
     log("resumed from " + ckpt->dir.string() + " (step " + std::to_string(step_) + ")");
   }
 
+  if (!lead()) return;
   write_file_atomically(run_dir_ / "config.json", to_json(cfg_).dump(2) + "\n");
   write_file_atomically(run_dir_ / "recipe.toml", recipe_toml_);
   metrics_ = std::make_unique<MetricsFile>(run_dir_ / "metrics.jsonl", step_);
@@ -139,13 +194,28 @@ fs::path Trainer::save(Progress& progress) {
   SaveOptions so;
   so.keep_last = cfg_.train.keep_checkpoints;
   so.after_stage = options_.checkpoint_stage;
-  last_checkpoint_ = save_checkpoint(run_dir_, step_, *engine_, trainer_state(), so);
+  const std::vector<StateTensor> state = engine_->save_state();  // collective with data parallelism
+  std::exception_ptr error;
+  if (lead()) {
+    try {
+      last_checkpoint_ = save_checkpoint(run_dir_, step_, *engine_, trainer_state(), state, so);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (comm_) {
+    double failed = error ? 1 : 0;
+    comm_->host_all_reduce_sum(&failed, 1, CommType::kF64);
+    FP4_CHECK(failed == 0 || lead(), "rank 0 could not save the checkpoint of step ", step_, " (see its error)");
+  }
+  if (error) std::rethrow_exception(error);
+  if (!lead()) last_checkpoint_ = checkpoint_root(run_dir_) / checkpoint_name(step_);
   progress.message("saved checkpoint " + last_checkpoint_.string());
   return last_checkpoint_;
 }
 
 EvalResult Trainer::evaluate(Progress& progress) {
-  const EvalResult r = evaluate_split(*engine_, *val_, 0);
+  const EvalResult r = evaluate_split(*engine_, *val_, 0, comm_.get());
   EvalRecord rec;
   rec.step = step_;
   rec.tokens = tokens_;
@@ -154,7 +224,7 @@ EvalResult Trainer::evaluate(Progress& progress) {
   rec.val_tokens = r.tokens;
   rec.elapsed = elapsed_before_ +
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
-  metrics_->write(to_json(rec));
+  if (metrics_) metrics_->write(to_json(rec));
   progress.eval(rec);
   return r;
 }
@@ -170,7 +240,8 @@ TrainResult Trainer::run() {
   else
     progress.message("training " + cfg_.model.name + " (" +
                      format_count(static_cast<double>(cfg_.model.parameter_count())) +
-                     " parameters, recipe " + recipe_.name + ") on " + engine_->device_name() + ": steps " +
+                     " parameters, recipe " + recipe_.name + ") on " + engine_->device_name() +
+                     (comm_ ? " x " + std::to_string(comm_->world_size()) + " ranks" : std::string()) + ": steps " +
                      std::to_string(step_) + " -> " + std::to_string(target) + ", " +
                      std::to_string(cfg_.tokens_per_step()) + " tokens/step, run dir " + run_dir_.string());
 
@@ -183,7 +254,7 @@ TrainResult Trainer::run() {
 
   const auto fail = [&](int64_t step, const std::string& why) {
     progress.finish();
-    metrics_->write({{"type", "error"}, {"step", step}, {"message", why}});
+    if (metrics_) metrics_->write({{"type", "error"}, {"step", step}, {"message", why}});
     FP4_THROW("training stopped at step ", step, ": ", why, "\n",
               last_checkpoint_.empty()
                   ? std::string("no checkpoint was written")
@@ -195,9 +266,10 @@ TrainResult Trainer::run() {
   double interval_seconds = 0;
   int64_t interval_tokens = 0;
   const StopSignalScope signals;
-  while (step_ < target && !StopSignalScope::received()) {
+  int stop = 0;
+  while (step_ < target && (stop = agreed_stop_signal()) == 0) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (auto& b : micro) b = train_->next();
+    for (auto& b : micro) b = next_micro_batch();
     hyper.lr = static_cast<float>(lr_at(schedule_, step_));
     StepStats s;
     try {
@@ -223,7 +295,7 @@ TrainResult Trainer::run() {
     r.elapsed = elapsed_before_ +
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
     if (log_now) {
-      metrics_->write(to_json(r));
+      if (metrics_) metrics_->write(to_json(r));
       interval_seconds = 0;
       interval_tokens = 0;
     }
@@ -236,7 +308,8 @@ TrainResult Trainer::run() {
   }
 
   TrainResult result;
-  result.stop_signal = StopSignalScope::received();
+  if (stop == 0) stop = agreed_stop_signal();  // a signal during the last step
+  result.stop_signal = stop;
   if (result.stop_signal) {
     progress.finish();  // keep the bar's last state on its own line
     if (last_saved != step_) save(progress);

@@ -11,6 +11,8 @@
 #include <string>
 
 #include "data/loader.h"
+#include "dist/communicator.h"
+#include "dist/dist_env.h"
 #include "model/engine.h"
 #include "recipe/recipe.h"
 #include "train/evaluate.h"
@@ -26,6 +28,9 @@ struct TrainerOptions {
   std::FILE* log = stderr;      // human output
   // Test hook passed to every checkpoint save (see SaveOptions::after_stage).
   std::function<void(const std::string& stage)> checkpoint_stage;
+  // This process's place in a data-parallel job; unset: read from the environment (RANK, WORLD_SIZE,
+  // ...). A launched job (DistEnv::launched) trains data-parallel, even with one process.
+  std::optional<DistEnv> dist;
 };
 
 struct TrainResult {
@@ -40,6 +45,12 @@ struct TrainResult {
 // The recipe of a run config: the preset or TOML file recipe.name with recipe.overrides applied.
 Recipe load_run_recipe(const RecipeConfig& cfg);
 
+// Data parallelism: every rank runs a Trainer with the same config and run dir (a shared file system).
+// The config's batch is the job's: rank r trains on rows r, r + world, ... of each micro-batch, so
+// a run gives the same steps on any number of ranks (up to summation order) and resumes on another
+// number. Rank 0 alone writes the run dir (config, metrics, checkpoints) and logs; the other ranks
+// only read checkpoints. Collective decisions (stop signals, failed saves, evaluation sums) are agreed
+// over the communicator so no rank waits for one that stopped.
 class Trainer {
  public:
   // Sets everything up: the run dir (config.json, recipe.toml), data (preparing the default corpus
@@ -59,8 +70,13 @@ class Trainer {
   bool resumed() const { return resumed_from_.has_value(); }
   const RunConfig& config() const { return cfg_; }
   const std::filesystem::path& run_dir() const { return run_dir_; }
+  const DistEnv& dist() const { return dist_; }
 
  private:
+  bool lead() const { return dist_.rank == 0; }
+  void set_up_data_parallel(int64_t resume_step);
+  Batch next_micro_batch();
+  int agreed_stop_signal();  // collective with data parallelism
   void set_up();  // everything after the run dir is locked
   void log(const std::string& line);
   nlohmann::json trainer_state() const;
@@ -69,6 +85,9 @@ class Trainer {
 
   RunConfig cfg_;
   TrainerOptions options_;
+  DistEnv dist_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet_log_{nullptr, &std::fclose};  // ranks > 0
+  std::unique_ptr<Communicator> comm_;
   std::filesystem::path run_dir_;
   std::unique_ptr<RunLock> lock_;
   Recipe recipe_;
@@ -83,7 +102,7 @@ class Trainer {
   int64_t tokens_ = 0;
   double elapsed_before_ = 0;  // seconds spent in earlier sessions of this run
   std::chrono::steady_clock::time_point session_start_;
-  std::unique_ptr<MetricsFile> metrics_;
+  std::unique_ptr<MetricsFile> metrics_;  // rank 0 only
 };
 
 }  // namespace fp4
