@@ -1,5 +1,7 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 
 #include "core/error.h"
 #include "model/cuda/cuda_olmo2.h"
@@ -53,7 +55,7 @@ bool CudaOlmo2::fused_attention_supports(int head_dim) {
 
 CudaOlmo2::CudaOlmo2(const ModelConfig& cfg, const Recipe& recipe, DeviceParams& params, GemmRunner& gemm,
                      cudaStream_t stream)
-    : cfg_(cfg), params_(params), gemm_(gemm), stream_(stream), arena_(cfg) {
+    : cfg_(cfg), params_(params), gemm_(gemm), stream_(stream) {
   validate(cfg_);
   const int64_t d = cfg_.d_model, ff = cfg_.d_ff, v = cfg_.vocab_size, hd = cfg_.head_dim();
   const std::string where = "CUDA engine, model '" + cfg_.name + "': ";
@@ -98,6 +100,13 @@ CudaOlmo2::CudaOlmo2(const ModelConfig& cfg, const Recipe& recipe, DeviceParams&
     bp.mlp_norm = norm("mlp_norm");
     blocks_.push_back(std::move(bp));
   }
+  // A linear input is saved per layer only when that linear's backward reads it (BF16 layers); the
+  // quantized layers keep their own packed X^T, so their inputs share one transient buffer.
+  std::vector<SavedInputs> saved;
+  for (const auto& bp : blocks_)
+    saved.push_back(SavedInputs{bp.qkv->backward_reads_input(), bp.gate_up->backward_reads_input(),
+                                bp.down->backward_reads_input()});
+  arena_ = std::make_unique<ActivationArena>(cfg_, std::move(saved));
   // The CPU model's tables (computed in double), for every position up to max_seq_len.
   const size_t table = static_cast<size_t>(cfg_.max_seq_len) * static_cast<size_t>(hd / 2);
   std::vector<float> cos_t(table), sin_t(table);
@@ -116,6 +125,13 @@ size_t CudaOlmo2::attention_workspace_bytes(int b, int t) const {
   const int h = cfg_.n_heads, hd = cfg_.head_dim();
   return fused_attention_supports(hd) ? cuda::attention_backward_workspace_bytes(b, t, h, hd)
                                       : causal_sdpa_backward_workspace_bytes(b, t, h, hd);
+}
+
+size_t CudaOlmo2::linear_workspace_bytes(int n) const {
+  size_t bytes = 0;
+  for (const auto& bp : blocks_)
+    for (const LinearCuda* lin : bp.linears()) bytes = std::max(bytes, lin->workspace_bytes(n));
+  return bytes;
 }
 
 void CudaOlmo2::run_attention_forward(const LayerActivations& la) {
@@ -147,7 +163,13 @@ void CudaOlmo2::run_attention_backward(const LayerActivations& la) {
 void CudaOlmo2::forward(const DeviceBatch& batch) {
   FP4_CHECK(batch.t <= cfg_.max_seq_len, "forward: sequence length ", batch.t, " exceeds max_seq_len ",
             cfg_.max_seq_len, " of model ", cfg_.name);
-  acts_ = &arena_.ensure(batch.b, batch.t, attention_workspace_bytes(batch.b, batch.t));
+  const ArenaNeeds needs{attention_workspace_bytes(batch.b, batch.t),
+                         linear_workspace_bytes(batch.b * batch.t)};
+  acts_ = &arena_->ensure(batch.b, batch.t, needs);
+  // The arena may have moved: every linear gets the current workspace (used only inside its calls).
+  for (auto& bp : blocks_)
+    for (LinearCuda* lin : bp.linears())
+      lin->lend_workspace(acts_->linear_workspace, acts_->linear_workspace_bytes);
   const int n = acts_->n, d = cfg_.d_model;
   embedding_forward(batch.tokens, params_.value(embed_), acts_->res, acts_->layers[0].x, n, d, stream_);
   for (int l = 0; l < cfg_.n_layers; ++l) block_forward(l);
@@ -246,21 +268,60 @@ void CudaOlmo2::last_logits(std::span<float> out) {
 
 std::string CudaOlmo2::first_nonfinite_activation() const {
   if (acts_ == nullptr) return "";
-  const size_t nd = static_cast<size_t>(acts_->n) * static_cast<size_t>(cfg_.d_model);
-  if (has_nonfinite(acts_->layers[0].x, nd, stream_)) return "embedding output";
-  for (int l = 0; l < cfg_.n_layers; ++l) {
-    const auto& la = acts_->layers[static_cast<size_t>(l)];
+  const size_t n = static_cast<size_t>(acts_->n), d = cfg_.d_model, ff = cfg_.d_ff, nd = n * d;
+  // Block l's input x and mid-block residual h: their saved BF16 copies, or, where a quantized linear
+  // made them transient, the saved output of that linear (wqkv, w_gate_up), non-finite whenever its
+  // input is (the engine asks only after finding every weight finite); the name then says so.
+  auto judged = [](size_t l, const char* linear) {
+    return " (not kept: judged by blocks." + std::to_string(l) + "." + linear + "'s output)";
+  };
+  auto input_bad = [&](size_t l, std::string& note) {
+    const auto& la = acts_->layers[l];
+    if (la.saved.x) return has_nonfinite(la.x, nd, stream_);
+    note = judged(l, "attn.wqkv");
+    return has_nonfinite(la.qkv, 3 * nd, stream_);
+  };
+  std::string note;
+  if (input_bad(0, note)) return "embedding output" + note;
+  for (size_t l = 0; l < acts_->layers.size(); ++l) {
+    const auto& la = acts_->layers[l];
     const std::string name = "blocks." + std::to_string(l);
     if (has_nonfinite(la.y_attn, nd, stream_)) return name + ".attn output";
-    if (has_nonfinite(la.h, nd, stream_)) return name + " mid-block residual";
+    const bool bad_mid =
+        la.saved.h ? has_nonfinite(la.h, nd, stream_) : has_nonfinite(la.gu, n * 2 * ff, stream_);
+    if (bad_mid) return name + " mid-block residual" + (la.saved.h ? "" : judged(l, "mlp.w_gate_up"));
     if (has_nonfinite(la.y_mlp, nd, stream_)) return name + ".mlp output";
-    const bool bad_out = l + 1 < cfg_.n_layers
-                             ? has_nonfinite(acts_->layers[static_cast<size_t>(l) + 1].x, nd, stream_)
-                             : has_nonfinite(acts_->res, nd, stream_);
-    if (bad_out) return name + " output";
+    note.clear();
+    const bool bad_out =
+        l + 1 < acts_->layers.size() ? input_bad(l + 1, note) : has_nonfinite(acts_->res, nd, stream_);
+    if (bad_out) return name + " output" + note;
   }
   if (has_nonfinite(acts_->xf, nd, stream_)) return "final_norm output";
   return "";
+}
+
+CudaOlmo2::MemoryReport CudaOlmo2::memory_report() const {
+  MemoryReport r;
+  r.arena_bytes = arena_->capacity_bytes();
+  if (acts_ != nullptr) {
+    r.saved_input_bytes = acts_->saved_input_bytes;
+    r.linear_workspace_bytes = acts_->linear_workspace_bytes;
+  }
+  for (const auto& bp : blocks_)
+    for (const LinearCuda* lin : bp.linears()) r.linear_kept_bytes += lin->kept_bytes();
+  return r;
+}
+
+std::string CudaOlmo2::memory_summary() const {
+  const MemoryReport r = memory_report();
+  auto gib = [](size_t bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.3f GiB", static_cast<double>(bytes) / (1 << 30));
+    return std::string(buf);
+  };
+  return "activation arena " + gib(r.arena_bytes) + " (saved linear inputs " + gib(r.saved_input_bytes) +
+         ", quantized-linear workspace " + gib(r.linear_workspace_bytes) +
+         " over the logits), packed operands kept by quantized linears " + gib(r.linear_kept_bytes);
 }
 
 }  // namespace fp4::cuda

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <memory>
 #include <span>
 #include <string>
@@ -42,7 +43,22 @@ class CudaOlmo2 {
 
   // The first saved activation of the last forward holding a NaN/Inf, named as the CPU model names
   // it ("embedding output", "blocks.1.attn output", ...), or "". Synchronizes; for error messages.
+  // A block input or mid-block residual that is not saved (its linear is quantized) is judged by the
+  // output of the linear that read it, and the name says so.
   std::string first_nonfinite_activation() const;
+
+  // Device memory the model holds beyond the parameter store, as of the last forward.
+  struct MemoryReport {
+    size_t arena_bytes = 0;             // the activation arena's allocation, all of the below included
+    size_t saved_input_bytes = 0;       // per-layer BF16 linear inputs kept for BF16 linears' backward
+    size_t linear_workspace_bytes = 0;  // quantized linears' transients (overlaying the logits)
+    size_t linear_kept_bytes = 0;       // packed operands the quantized linears keep (outside the arena)
+  };
+  MemoryReport memory_report() const;
+  // One line for logs and benchmarks: the report in GiB.
+  std::string memory_summary() const;
+  // The buffers of the last forward (null before the first); for tests and tools.
+  const Activations* activations() const { return acts_; }
 
   // The quantized linears' random streams: the run seed and a per-forward call index, set by the engine
   // before each forward exactly as the CPU engine sets Olmo2Model::quant_context().
@@ -55,6 +71,7 @@ class CudaOlmo2 {
   struct BlockParams {
     int q_norm, k_norm, attn_norm, mlp_norm;
     std::unique_ptr<LinearCuda> qkv, wo, gate_up, down;
+    std::array<LinearCuda*, 4> linears() const { return {qkv.get(), wo.get(), gate_up.get(), down.get()}; }
   };
 
   void block_forward(int l);
@@ -62,6 +79,7 @@ class CudaOlmo2 {
   void run_attention_forward(const LayerActivations& la);
   void run_attention_backward(const LayerActivations& la);
   size_t attention_workspace_bytes(int b, int t) const;
+  size_t linear_workspace_bytes(int n) const;
   DeviceWeight weight(int i);
 
   ModelConfig cfg_;
@@ -72,8 +90,8 @@ class CudaOlmo2 {
   int embed_ = -1, final_norm_ = -1, lm_head_ = -1;
   std::vector<BlockParams> blocks_;
   DeviceBuffer<float> rope_cos_, rope_sin_;  // [max_seq_len][head_dim / 2]
-  ActivationArena arena_;
-  const Activations* acts_ = nullptr;  // of the last forward
+  std::unique_ptr<ActivationArena> arena_;   // laid out for the linears' saved inputs
+  const Activations* acts_ = nullptr;        // of the last forward
 };
 
 }  // namespace fp4::cuda

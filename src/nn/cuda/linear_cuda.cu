@@ -34,6 +34,10 @@ class Bf16Linear final : public LinearCuda {
     gemm_.gemm(true, false, out, in, n, 1.0f, dy, out, saved_x_, in, 1.0f, w_.grad, in, stream_);
   }
 
+  bool backward_reads_input() const override { return true; }  // dW = dY^T X reads the caller's X
+  size_t kept_bytes() const override { return 0; }
+  size_t workspace_bytes(int /*n*/) const override { return 0; }
+
  private:
   DeviceWeight w_;
   GemmRunner& gemm_;

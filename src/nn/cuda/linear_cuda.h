@@ -11,6 +11,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "nn/linear.h"
@@ -44,9 +46,28 @@ class LinearCuda {
   // dX from dY [n][out] for the last forward; W.grad += dY^T X.
   virtual void backward(const bf16* dy, const LinearGradOut& dx, int n) = 0;
 
+  // Whether backward() reads the x given to forward(). When false (the NVFP4 layer keeps its own packed
+  // X^T), the caller may overwrite x as soon as forward() returns: the engine then keeps no copy of it.
+  virtual bool backward_reads_input() const = 0;
+  // Device bytes the layer holds itself from forward to backward (the NVFP4 layer's packed operands).
+  virtual size_t kept_bytes() const = 0;
+  // Transient device bytes that one forward() or backward() over n rows uses (0: none). Nothing in them
+  // outlives the call.
+  virtual size_t workspace_bytes(int n) const = 0;
+
+  // Lends the layer [p, p + bytes) (256-byte aligned) for those transients: any forward() or backward()
+  // may overwrite it, so the caller may overlay it on data that is dead during linear layers. Without a
+  // lent workspace the layer uses one of its own; with one too small for n rows, forward/backward throw.
+  void lend_workspace(void* p, size_t bytes) {
+    workspace_ = static_cast<uint8_t*>(p);
+    workspace_size_ = p != nullptr ? bytes : 0;
+  }
+
  protected:
   explicit LinearCuda(LinearSpec spec) : spec_(std::move(spec)) {}
   LinearSpec spec_;
+  uint8_t* workspace_ = nullptr;
+  size_t workspace_size_ = 0;
 };
 
 // All work is queued on `stream`; `gemm` must outlive the layer.

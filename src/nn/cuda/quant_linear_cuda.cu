@@ -9,22 +9,68 @@
 namespace fp4::cuda {
 namespace {
 
-// Transient buffers shared by every quantized layer: all run one after another on one stream, so one
-// growing allocation per role serves them all.
-template <typename T>
-T* scratch(DeviceBuffer<T>& buf, size_t count) {
-  if (buf.size() < count) buf = DeviceBuffer<T>(count);
-  return buf.data();
+constexpr size_t kAlign = 256;  // as the engine's arena; the quantizers need 16 bytes
+
+// Hands out aligned pieces of a region; with base == nullptr it only measures.
+class Carver {
+ public:
+  explicit Carver(uint8_t* base) : base_(base) {}
+  template <typename T>
+  T* take(size_t count) {
+    used_ = (used_ + kAlign - 1) / kAlign * kAlign;
+    T* p = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
+    used_ += count * sizeof(T);
+    return p;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  uint8_t* base_;
+  size_t used_ = 0;
+};
+
+// The transients of one forward or backward over n rows, carved in one order from one region; each piece
+// is sized for the larger of its two uses, so forward and backward share the layout.
+struct Transients {
+  float* amax = nullptr;  // 4 tensor amax values
+  bf16* a = nullptr;      // [n x max(in, out)]: X^ (forward); Q3(dY) values, then Q6 values (backward)
+  bf16* b = nullptr;      // max(out x in, out x n): W^ (forward); Q4 values, then Q5 values (backward)
+  uint8_t* codes_a = nullptr;  // packed Q1 [n x in] (forward), Q3 [n x out] (backward)
+  uint8_t* scales_a = nullptr;
+  float* outer_a = nullptr;
+  uint8_t* codes_b = nullptr;  // packed Q2 [out x in] (forward, aligned Q4), Q5 [out x n] (backward)
+  uint8_t* scales_b = nullptr;
+  float* outer_b = nullptr;
+  size_t bytes = 0;
+};
+
+Transients carve_transients(uint8_t* base, int64_t n, int64_t in, int64_t out, const LinearPolicy& p) {
+  const auto na = static_cast<size_t>(n * std::max(in, out)), nb = static_cast<size_t>(std::max(out * in, out * n));
+  const auto outer_a = static_cast<size_t>(std::max(nvfp4_outer_count(n, in, p[Operand::kQ1X].outer),
+                                                    nvfp4_outer_count(n, out, p[Operand::kQ3dY].outer)));
+  const auto outer_b = static_cast<size_t>(std::max(nvfp4_outer_count(out, in, p[Operand::kQ2W].outer),
+                                                    nvfp4_outer_count(out, n, p[Operand::kQ5dYt].outer)));
+  Carver c(base);
+  Transients t;
+  t.amax = c.take<float>(4);
+  t.a = c.take<bf16>(na);
+  t.b = c.take<bf16>(nb);
+  t.codes_a = c.take<uint8_t>(na / 2);
+  t.scales_a = c.take<uint8_t>(na / 16);
+  t.outer_a = c.take<float>(outer_a);
+  t.codes_b = c.take<uint8_t>(nb / 2);
+  t.scales_b = c.take<uint8_t>(nb / 16);
+  t.outer_b = c.take<float>(outer_b);
+  t.bytes = c.used();
+  return t;
 }
 
-struct Scratch {
-  DeviceBuffer<bf16> a, b;        // BF16 GEMM operands
-  DeviceBuffer<uint8_t> codes_a, scales_a, codes_b, scales_b;
-  DeviceBuffer<float> outer_a, outer_b, amax;
-};
-Scratch& shared_scratch() {
-  static Scratch s;
-  return s;
+// Where layers without a lent workspace carve their transients: one growing region shared by all of them
+// (they run one after another on one stream), for standalone use; the engine lends each layer its arena.
+uint8_t* fallback_workspace(size_t bytes) {
+  static DeviceBuffer<uint8_t> region;
+  if (region.size() < bytes) region = DeviceBuffer<uint8_t>(bytes);
+  return region.data();
 }
 
 // Device storage of one packed operand that a layer keeps from forward to backward.
@@ -39,14 +85,13 @@ struct PackedOperand {
     if (outer.size() < nouter) outer = DeviceBuffer<float>(nouter);
     return Nvfp4DeviceView{codes.data(), scales.data(), outer.data(), rows, cols, spec.block, spec.outer};
   }
+  size_t bytes() const { return codes.bytes() + scales.bytes() + outer.bytes(); }
 };
 
-Nvfp4DeviceView scratch_view(DeviceBuffer<uint8_t>& codes, DeviceBuffer<uint8_t>& scales, DeviceBuffer<float>& outer,
-                             int64_t rows, int64_t cols, const QuantSpec& spec) {
-  const size_t n = static_cast<size_t>(rows * cols);
-  return Nvfp4DeviceView{scratch(codes, n / 2), scratch(scales, n / 16),
-                         scratch(outer, static_cast<size_t>(nvfp4_outer_count(rows, cols, spec.outer))), rows,
-                         cols, spec.block, spec.outer};
+// A [rows x cols] operand view over transient storage.
+Nvfp4DeviceView transient_view(uint8_t* codes, uint8_t* scales, float* outer, int64_t rows, int64_t cols,
+                               const QuantSpec& spec) {
+  return Nvfp4DeviceView{codes, scales, outer, rows, cols, spec.block, spec.outer};
 }
 
 DequantOutput bf16_out(bf16* p) { return DequantOutput{p, QuantIoType::kBF16, true}; }
@@ -61,16 +106,15 @@ class QuantLinearCudaImpl final : public LinearCuda {
     ctx_ = *spec_.quant_ctx;
     saved_n_ = n;
     const int in = spec_.in_features, out = spec_.out_features;
-    Scratch& s = shared_scratch();
-    float* amax = scratch(s.amax, 4);
-    bf16* x_hat = scratch(s.a, static_cast<size_t>(n) * in);
-    bf16* w_hat_tmp = scratch(s.b, static_cast<size_t>(out) * in);
+    const Transients s = transients(n);
+    float* amax = s.amax;
+    bf16* x_hat = s.a;
 
     // X: Q1 along in (the forward operand, dequantized for the GEMM) and Q6 = X^T along n, in one pass.
     {
       const DeviceInput xin{x, QuantIoType::kBF16, n, in};
       DualOperand rows{p_[Operand::kQ1X], rnd(QuantPurpose::kSrQ1, QuantPurpose::kRhtDx, 0),
-                       scratch_view(s.codes_a, s.scales_a, s.outer_a, n, in, p_[Operand::kQ1X]), amax + 0, nullptr};
+                       transient_view(s.codes_a, s.scales_a, s.outer_a, n, in, p_[Operand::kQ1X]), amax + 0, nullptr};
       DualOperand cols{p_[Operand::kQ6Xt], rnd(QuantPurpose::kSrQ6, QuantPurpose::kRhtDw, p_[Operand::kQ6Xt].rht_n),
                        q6_.view(in, n, p_[Operand::kQ6Xt]), amax + 1, nullptr};
       if (rows.spec.outer == OuterScale::kTensor || cols.spec.outer == OuterScale::kTensor)
@@ -80,23 +124,22 @@ class QuantLinearCudaImpl final : public LinearCuda {
     // W (the FP32 master): Q2 along in, and Q4 = W^T along out (aligned), or W^ itself (reuse, 16x16).
     const DeviceInput win{w_.master, QuantIoType::kF32, out, in};
     const QuantSpec& q2 = p_[Operand::kQ2W];
+    bf16* w_hat = s.b;
     if (p_[Operand::kQ4Wt].source == QuantSource::kReuse) {
-      const Nvfp4DeviceView v = scratch_view(s.codes_b, s.scales_b, s.outer_b, out, in, q2);
+      // Q2 is kept packed: the backward dequantizes it again (the same BF16 bits, 4.5 bits a weight).
       const QuantRandomness r2 = rnd(QuantPurpose::kSrQ2, QuantPurpose::kRhtDx, 0);
       if (q2.outer == OuterScale::kTensor) amax_nvfp4_cuda(win, q2, r2, amax + 2, stream_);
-      bf16* w_hat = scratch(w_hat_keep_, static_cast<size_t>(out) * in);
-      quantize_nvfp4_cuda(win, q2, r2, v, amax + 2, nullptr, bf16_out(w_hat), stream_);
-      gemm_.gemm(false, true, n, out, in, 1.0f, x_hat, in, w_hat, in, 0.0f, y, out, stream_);
+      quantize_nvfp4_cuda(win, q2, r2, q2_.view(out, in, q2), amax + 2, nullptr, bf16_out(w_hat), stream_);
     } else {
       DualOperand rows{q2, rnd(QuantPurpose::kSrQ2, QuantPurpose::kRhtDx, 0),
-                       scratch_view(s.codes_b, s.scales_b, s.outer_b, out, in, q2), amax + 2, nullptr};
+                       transient_view(s.codes_b, s.scales_b, s.outer_b, out, in, q2), amax + 2, nullptr};
       DualOperand cols{p_[Operand::kQ4Wt], rnd(QuantPurpose::kSrQ4, QuantPurpose::kRhtDx, p_[Operand::kQ4Wt].rht_n),
                        q4_.view(in, out, p_[Operand::kQ4Wt]), amax + 3, nullptr};
       if (rows.spec.outer == OuterScale::kTensor || cols.spec.outer == OuterScale::kTensor)
         amax_dual_cuda(win, rows, cols, amax + 2, amax + 3, stream_);
-      quantize_dual_cuda(win, rows, cols, bf16_out(w_hat_tmp), stream_);
-      gemm_.gemm(false, true, n, out, in, 1.0f, x_hat, in, w_hat_tmp, in, 0.0f, y, out, stream_);
+      quantize_dual_cuda(win, rows, cols, bf16_out(w_hat), stream_);
     }
+    gemm_.gemm(false, true, n, out, in, 1.0f, x_hat, in, w_hat, in, 0.0f, y, out, stream_);
   }
 
   void backward(const bf16* dy, const LinearGradOut& dx, int n) override {
@@ -106,30 +149,28 @@ class QuantLinearCudaImpl final : public LinearCuda {
     FP4_CHECK(dx.add == nullptr || dx.f32_out != nullptr, "linear ", spec_.name,
               ": adding into dX needs the FP32 output");
     const int in = spec_.in_features, out = spec_.out_features;
-    Scratch& s = shared_scratch();
-    float* amax = scratch(s.amax, 4);
+    const Transients s = transients(n);
+    float* amax = s.amax;
     // dY: Q3 along out (for dX) and Q5 = dY^T along n (for dW) in one pass; Q3's values land in BF16.
-    const size_t ny = static_cast<size_t>(n) * out;
-    bf16* dy_hat = scratch(s.a, std::max(ny, static_cast<size_t>(n) * in));
+    bf16* dy_hat = s.a;
     const DeviceInput yin{dy, QuantIoType::kBF16, n, out};
     DualOperand rows{p_[Operand::kQ3dY], rnd(QuantPurpose::kSrQ3, QuantPurpose::kRhtDx, p_[Operand::kQ3dY].rht_n),
-                     scratch_view(s.codes_a, s.scales_a, s.outer_a, n, out, p_[Operand::kQ3dY]), amax + 0, nullptr};
+                     transient_view(s.codes_a, s.scales_a, s.outer_a, n, out, p_[Operand::kQ3dY]), amax + 0, nullptr};
     DualOperand cols{p_[Operand::kQ5dYt], rnd(QuantPurpose::kSrQ5, QuantPurpose::kRhtDw, p_[Operand::kQ5dYt].rht_n),
-                     scratch_view(s.codes_b, s.scales_b, s.outer_b, out, n, p_[Operand::kQ5dYt]), amax + 1, nullptr};
+                     transient_view(s.codes_b, s.scales_b, s.outer_b, out, n, p_[Operand::kQ5dYt]), amax + 1, nullptr};
     if (rows.spec.outer == OuterScale::kTensor || cols.spec.outer == OuterScale::kTensor)
       amax_dual_cuda(yin, rows, cols, amax + 0, amax + 1, stream_);
     quantize_dual_cuda(yin, rows, cols, bf16_out(dy_hat), stream_);
 
-    // dX = Q3(dY) Q4(W^T)^T over out.
-    bf16* b = scratch(s.b, std::max(static_cast<size_t>(in) * out, static_cast<size_t>(out) * n +
-                                                                         static_cast<size_t>(in) * n));
+    // dX = Q3(dY) Q4(W^T)^T over out; W^T's BF16 values go to b.
+    bf16* b = s.b;
     const float beta = dx.add ? 1.0f : 0.0f;
-    if (p_[Operand::kQ4Wt].source == QuantSource::kReuse) {  // W^ [out x in]
+    if (p_[Operand::kQ4Wt].source == QuantSource::kReuse) {  // W^ [out x in], from the kept 16x16 Q2
+      dequantize_nvfp4_cuda(q2_.view(out, in, p_[Operand::kQ2W]), bf16_out(b), stream_);
       if (dx.bf16_out)
-        gemm_.gemm(false, false, n, in, out, 1.0f, dy_hat, out, w_hat_keep_.data(), in, 0.0f, dx.bf16_out, in, stream_);
+        gemm_.gemm(false, false, n, in, out, 1.0f, dy_hat, out, b, in, 0.0f, dx.bf16_out, in, stream_);
       else
-        gemm_.gemm(false, false, n, in, out, 1.0f, dy_hat, out, w_hat_keep_.data(), in, beta, dx.f32_out, in, stream_,
-                   dx.add);
+        gemm_.gemm(false, false, n, in, out, 1.0f, dy_hat, out, b, in, beta, dx.f32_out, in, stream_, dx.add);
     } else {  // Q4 [in x out]
       dequantize_nvfp4_cuda(q4_.view(in, out, p_[Operand::kQ4Wt]), bf16_out(b), stream_);
       if (dx.bf16_out)
@@ -137,17 +178,36 @@ class QuantLinearCudaImpl final : public LinearCuda {
       else
         gemm_.gemm(false, true, n, in, out, 1.0f, dy_hat, out, b, out, beta, dx.f32_out, in, stream_, dx.add);
     }
-    // dW += Q5(dY^T) Q6(X^T)^T over n: both dequantized to BF16 (dY^T [out x n], X^T [in x n]).
+    // dW += Q5(dY^T) Q6(X^T)^T over n: both dequantized to BF16, dY^T [out x n] over W^T's values in b and
+    // X^T [in x n] over Q3's in a (the dX GEMM, queued before on the same stream, was their last reader).
     bf16* dyt = b;
-    bf16* xt = b + static_cast<size_t>(out) * n;
+    bf16* xt = s.a;
     dequantize_nvfp4_cuda(cols.out, bf16_out(dyt), stream_);
     dequantize_nvfp4_cuda(q6_.view(in, n, p_[Operand::kQ6Xt]), bf16_out(xt), stream_);
     gemm_.gemm(false, true, out, in, n, 1.0f, dyt, n, xt, n, 1.0f, w_.grad, in, stream_);
   }
 
+  bool backward_reads_input() const override { return false; }  // it reads its packed Q6 = X^T
+  size_t kept_bytes() const override { return q6_.bytes() + q4_.bytes() + q2_.bytes(); }
+  size_t workspace_bytes(int n) const override {
+    return carve_transients(nullptr, n, spec_.in_features, spec_.out_features, p_).bytes;
+  }
+
  private:
   QuantRandomness rnd(QuantPurpose sr, QuantPurpose rht, int rht_n) const {
     return quant_randomness(p_, ctx_, spec_.layer_id, sr, rht, rht_n);
+  }
+
+  // The transients for n rows: in the lent workspace, else in the shared fallback region.
+  Transients transients(int n) const {
+    const size_t need = workspace_bytes(n);
+    uint8_t* base = workspace_;
+    if (base == nullptr)
+      base = fallback_workspace(need);
+    else
+      FP4_CHECK(workspace_size_ >= need, "linear ", spec_.name, ": the lent workspace holds ", workspace_size_,
+                " bytes, ", n, " rows need ", need);
+    return carve_transients(base, n, spec_.in_features, spec_.out_features, p_);
   }
 
   DeviceWeight w_;
@@ -156,8 +216,8 @@ class QuantLinearCudaImpl final : public LinearCuda {
   LinearPolicy p_;
   QuantContext ctx_;
   int saved_n_ = -1;
-  PackedOperand q6_, q4_;           // kept from forward to backward
-  DeviceBuffer<bf16> w_hat_keep_;   // NVIDIA's re-used 16x16 W^ (BF16)
+  // Kept from forward to backward, packed: Q6 = X^T; Q4 = W^T (aligned) or the 16x16 Q2 itself (reuse).
+  PackedOperand q6_, q4_, q2_;
 };
 
 void check_supported(const LinearSpec& spec) {

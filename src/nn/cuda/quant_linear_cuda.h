@@ -2,7 +2,8 @@
 // (src/ops/cuda/quantize_cuda.h) produce packed operands; the GEMMs run on BF16 tensor cores over the
 // dequantized values (q * s * S_dec or q * s * s_out rounded to BF16: relative error <= 2^-8 per element,
 // far under FP4 noise), with FP32 accumulation. The forward keeps only the packed backward operands
-// (Q6 = X^T, and Q4 = W^T or, for NVIDIA's 16x16 re-use, the BF16 W^).
+// (Q6 = X^T, and Q4 = W^T or, for NVIDIA's 16x16 re-use, Q2 itself); its transients live in a workspace
+// the engine lends it (LinearCuda::lend_workspace).
 //
 // Every random bit comes from quant_randomness (nn/quant_linear.h), as in the CPU layer: for the same
 // context the packed operands are bit-identical to QuantLinearCpu's.
