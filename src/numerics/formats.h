@@ -25,41 +25,40 @@ FP4_HD float e2m1_decode(uint8_t code) {
   return (code & 0x8u) ? -mag : mag;
 }
 
-// Magnitude index of |a| rounded to nearest, ties to the even index; saturates at 6.
-// Midpoints: 0.25->0, 0.75->1.0, 1.25->1.0, 1.75->2, 2.5->2, 3.5->4, 5->4.
-// Branch-free: the index is the number of midpoints a lies above (`<=` midpoints round down to the even
-// index, `<` ones up). NaN compares false everywhere and so gives 7, the saturated code.
-FP4_HD uint8_t e2m1_rtn_index(float a) {
-  return static_cast<uint8_t>(!(a <= 0.25f) + !(a < 0.75f) + !(a <= 1.25f) + !(a < 1.75f) + !(a <= 2.5f) +
-                              !(a < 3.5f) + !(a <= 5.0f));
+// E2M1 magnitudes times 2^-126 are FP32 numbers whose bits, shifted right by 22, are the magnitude index:
+// 0.5 -> 2^-127 (subnormal, 1 << 22), 1 -> 2 << 22, 1.5 -> 3 << 22, ..., 6 -> 7 << 22. Kernels then need no
+// comparison chain (the integer pipe, not memory, bounded them). Needs denormals (no flush-to-zero).
+inline constexpr float kTwoPowMinus126 = 1.17549435082228750797e-38f;
+
+// Index of a grid magnitude r (or of anything above 6, NaN and inf: saturated to 7).
+FP4_HD uint8_t e2m1_grid_index(float r) {
+  const uint32_t i = float_bits(mul_rn(r, kTwoPowMinus126)) >> 22;
+  return static_cast<uint8_t>(i > 7u ? 7u : i);
 }
 
-FP4_HD uint8_t sign_bit_e2m1(float x) { return (float_bits(x) >> 31) ? 0x8u : 0x0u; }
+// Magnitude index of a >= 0 rounded to nearest, ties to the even index, saturating at 6 (NaN -> 7):
+// 0.25->0, 0.75->1.0, 1.25->1.0, 1.75->2, 2.5->2, 3.5->4, 5->4. One rounding: adding
+// M = 1.5 * 2^22 * max(2^floor(log2 a), 1) gives a sum whose ulp is the grid step of a's binade (0.5 below
+// 2, 1 in [2, 4), 2 from 4), so the FP32 addition itself rounds a to the nearest-even grid point, and
+// subtracting M again is exact. Ties to the even multiple of the step are ties to the even code.
+FP4_HD uint8_t e2m1_rtn_index(float a) {
+  const float binade = bits_float(float_bits(a) & 0x7F800000u);  // 2^floor(log2 a); inf for inf/NaN
+  const float magic = mul_rn(max_f(1.0f, binade), 6291456.0f);   // overflows to inf only for huge a
+  return e2m1_grid_index(add_rn(add_rn(a, magic), -magic));       // inf - inf = NaN saturates too
+}
+
+FP4_HD uint8_t sign_bit_e2m1(float x) { return static_cast<uint8_t>((float_bits(x) >> 28) & 0x8u); }
 
 FP4_HD uint8_t e2m1_encode_rtn(float x) { return sign_bit_e2m1(x) | e2m1_rtn_index(abs_f(x)); }
 
-// Stochastic rounding of |a| (a >= 0, finite): up to the next grid point with probability
-// (a - lo) / gap. `random` is 32 uniform bits; the top 24 bits form u in [0, 1).
+// Stochastic rounding of a >= 0: up to the next grid point with probability (a - lo) / gap. In the
+// 2^-126-scaled form of e2m1_grid_index, the bits above bit 22 index lo and the 22 bits below are
+// (a - lo) / gap in units of 2^-22: exact for a >= 1; below 1 the scaling rounds a to a multiple of 2^-23.
+// The top 22 bits of `random` are compared with that fraction. Saturates at 6; NaN and inf give 7.
 FP4_HD uint8_t e2m1_sr_index(float a, uint32_t random) {
-  if (a >= 6.0f) return 7;
-  uint8_t lo_index;
-  float lo, inv_gap;  // the gap is a power of two, so multiplying by its inverse is exact
-  if (a < 2.0f) {
-    lo_index = static_cast<uint8_t>(a * 2.0f);  // exact: a*2 < 4, truncation = floor
-    lo = static_cast<float>(lo_index) * 0.5f;
-    inv_gap = 2.0f;
-  } else if (a < 4.0f) {
-    lo_index = a < 3.0f ? 4 : 5;
-    lo = a < 3.0f ? 2.0f : 3.0f;
-    inv_gap = 1.0f;
-  } else {
-    lo_index = 6;
-    lo = 4.0f;
-    inv_gap = 0.5f;
-  }
-  const float frac = (a - lo) * inv_gap;  // exact: a - lo has no rounding in this binade
-  const float u = static_cast<float>(random >> 8) * 5.9604644775390625e-8f;  // * 2^-24
-  return static_cast<uint8_t>(lo_index + (u < frac ? 1 : 0));
+  const uint32_t s = float_bits(mul_rn(a, kTwoPowMinus126));
+  const uint32_t i = (s >> 22) + ((random >> 10) < (s & 0x3FFFFFu) ? 1u : 0u);
+  return static_cast<uint8_t>(i > 7u ? 7u : i);
 }
 
 FP4_HD uint8_t e2m1_encode_sr(float x, uint32_t random) {

@@ -65,9 +65,11 @@ FP4_UNROLL
   return err[0] < err[1] ? s4 : s6;
 }
 
-// Element code with a tensor outer scale: E2M1(clamp(x * e_b, -6, 6)), RTN or SR.
+// Element code with a tensor outer scale: E2M1(clamp(x * e_b, -6, 6)), RTN or SR. The index functions
+// saturate at 6 themselves, so the clamp is implicit; a NaN element keeps its own sign bit (its block's
+// scale is the NaN code and the element is counted as non-finite).
 FP4_HD uint8_t nvfp4_encode_tensor(float x, float e_b, bool stochastic, uint32_t random) {
-  const float v = clamp6(x * e_b);
+  const float v = mul_rn(x, e_b);
   return stochastic ? e2m1_encode_sr(v, random) : e2m1_encode_rtn(v);
 }
 
@@ -92,11 +94,39 @@ FP4_HD uint8_t nvfp4_scale_block128(float amax16, float s_out, float target) {
   return t == 0.0f ? uint8_t{0x01} : e4m3_encode(t);
 }
 
-// Element code with block128 scales: E2M1(|x| / p) with p = s_in * s_out (a true division; p == 0 -> 0).
-FP4_HD uint8_t nvfp4_encode_block128(float x, float p, bool stochastic, uint32_t random) {
+// The divisor p of a block, prepared once per block so that elements need no division: p = m 2^e with
+// m in [1, 2), r = RN(1/m), scale = 2^-e. r == 0 marks a divisor outside [2^-126, 2^126] (zero,
+// subnormal, huge): block128_quotient then divides by p (kept in m).
+struct Block128Divisor {
+  float m = 1.0f, r = 0.0f, scale = 1.0f;
+};
+
+FP4_HD Block128Divisor block128_divisor(float p) {
+  if (!(p >= 1.1754943508222875e-38f && p <= 8.5070591730234616e+37f)) return Block128Divisor{p, 0.0f, 1.0f};
+  const uint32_t b = float_bits(p);
+  const float m = bits_float((b & 0x007FFFFFu) | 0x3F800000u);
+  return Block128Divisor{m, 1.0f / m, bits_float((254u << 23) - (b & 0x7F800000u))};
+}
+
+// a / p rounded to nearest (IEEE), without a division: x = a 2^-e is exact, q = RN(x r) is within two ulps
+// of x / m, a correction with the exact residual x - q m brings it within one, and a second one rounds it
+// correctly (Markstein: q + RN(x - q m) r is RN(x / m) once q is faithful and r = RN(1/m)). Only a
+// quotient below about 2^-100 (where the residual underflows) can differ in its last bits, far below
+// every E2M1 rounding decision. tests/unit/numerics/block128_quotient_test.cpp checks it.
+FP4_HD float block128_quotient(float a, const Block128Divisor& d) {
+  if (d.r == 0.0f) return a / d.m;
+  const float x = mul_rn(a, d.scale);
+  float q = mul_rn(x, d.r);
+  q = fma_rn(fma_rn(-q, d.m, x), d.r, q);
+  return fma_rn(fma_rn(-q, d.m, x), d.r, q);
+}
+
+// Element code with block128 scales: E2M1(|x| / p) with p = s_in * s_out (the IEEE quotient; p == 0 -> 0),
+// d = block128_divisor(p).
+FP4_HD uint8_t nvfp4_encode_block128(float x, float p, const Block128Divisor& d, bool stochastic, uint32_t random) {
   const uint8_t sign = sign_bit_e2m1(x);
   if (p == 0.0f) return sign;
-  const float a = abs_f(x) / p;
+  const float a = block128_quotient(abs_f(x), d);
   return sign | (stochastic ? e2m1_sr_index(a, random) : e2m1_rtn_index(a));
 }
 
@@ -111,9 +141,10 @@ FP4_HD uint8_t nvfp4_scale_block128_4o6(const float* v, float amax16, float s_ou
 FP4_UNROLL
   for (int c = 0; c < 2; ++c) {
     const float p = e4m3_decode(cand[c]) * s_out;
+    const Block128Divisor d = block128_divisor(p);
 FP4_UNROLL
     for (int i = 0; i < 16; ++i) {
-      const float q = e2m1_decode(nvfp4_encode_block128(v[i], p, false, 0));
+      const float q = e2m1_decode(nvfp4_encode_block128(v[i], p, d, false, 0));
       const float d = add_rn(mul_rn(q, p), -v[i]);
       err[c] = add_rn(err[c], mul_rn(d, d));
     }
@@ -126,16 +157,25 @@ FP4_HD float nvfp4_decode_block128(uint8_t code, uint8_t scale_code, float s_out
 }
 
 // ------------------------------------------------------------------ helpers shared by the tensor loops
-// Max |v| over finite elements, and whether any element is NaN or infinite.
+// Max |v| over finite elements, and whether any element is NaN or infinite. The common all-finite case
+// costs one max and one multiply-add per element: v * 0 is 0 for finite v and NaN for NaN or inf.
 FP4_HD float amax_finite16(const float* v, bool& nonfinite) {
-  float m = 0.0f;
+  float m = 0.0f, probe = 0.0f;
 FP4_UNROLL
   for (int i = 0; i < 16; ++i) {
-    if (is_finite_f(v[i]))
-      m = max_f(m, abs_f(v[i]));
-    else
-      nonfinite = true;
+    m = max_nonnan(m, abs_f(v[i]));
+#if defined(__CUDA_ARCH__)
+    probe = fma_rn(v[i], 0.0f, probe);
+#else
+    probe += v[i] * 0.0f;  // the same value as the fused form: v * 0 is exact
+#endif
   }
+  if (probe == probe) return m;
+  nonfinite = true;
+  m = 0.0f;
+FP4_UNROLL
+  for (int i = 0; i < 16; ++i)
+    if (is_finite_f(v[i])) m = max_f(m, abs_f(v[i]));
   return m;
 }
 

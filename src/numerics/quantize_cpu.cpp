@@ -103,9 +103,10 @@ void quantize_block128_outer(const std::vector<float>& v, const QuantSpec& spec,
         if (bad) s = kE4m3Nan;
         q.scales[r * nblk + b] = s;
         const float p = e4m3_decode(s) * s_out;
+        const Block128Divisor divisor = block128_divisor(p);
         for (int64_t i = b * 16; i < b * 16 + 16; ++i) {
           const int64_t idx = r * cols + i;
-          set_code(q, idx, nvfp4_encode_block128(v[idx], p, sr, random_word(spec, rnd, idx)));
+          set_code(q, idx, nvfp4_encode_block128(v[idx], p, divisor, sr, random_word(spec, rnd, idx)));
         }
       }
     }

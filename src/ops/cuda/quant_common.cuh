@@ -221,6 +221,7 @@ __device__ __forceinline__ uint8_t scale_block128_16(const Nvfp4Params& p, const
 // compile time so the element loop has no per-element selects. `mult` is e_b (tensor) or p (block128).
 template <bool kBlock128, bool kSr>
 __device__ __forceinline__ uint2 encode16_mode(const float (&v)[16], float mult, const RngStream& rng, uint64_t idx0) {
+  const Block128Divisor divisor = kBlock128 ? block128_divisor(mult) : Block128Divisor{};  // once per block
   uint32_t w[2] = {0, 0};
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
@@ -229,7 +230,7 @@ __device__ __forceinline__ uint2 encode16_mode(const float (&v)[16], float mult,
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int i = 4 * q + k;
-      const uint8_t code = kBlock128 ? nvfp4_encode_block128(v[i], mult, kSr, r.v[k])
+      const uint8_t code = kBlock128 ? nvfp4_encode_block128(v[i], mult, divisor, kSr, r.v[k])
                                      : nvfp4_encode_tensor(v[i], mult, kSr, r.v[k]);
       w[i >> 3] |= static_cast<uint32_t>(code) << (4 * (i & 7));
     }

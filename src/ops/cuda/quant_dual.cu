@@ -92,7 +92,7 @@ __device__ __forceinline__ void dual_rows(const DualArgs& a, float* tile, int64_
       if (a.rht_r > 0) qk::rht_block16(v, a.signs_r, a.rht_r, c0 + cl);
       bool bad = false;
       const float amax16 = amax_finite16(v, bad);
-      nonfinite += qk::count_nonfinite16(v);
+      if (bad) nonfinite += qk::count_nonfinite16(v);
       const int64_t i0 = (r0 + rl) * a.cols + c0 + cl;
       uint8_t scale;
       float outer;
@@ -202,7 +202,7 @@ __device__ __forceinline__ void dual_cols(const DualArgs& a, float* tile, int64_
     bad[k] = false;
     amax16[k] = amax_finite16(v, bad[k]);  // blocks outside the tensor hold zeros
     m = max_f(m, amax16[k]);
-    nonfinite += qk::count_nonfinite16(v);
+    if (bad[k]) nonfinite += qk::count_nonfinite16(v);
   }
 
   if constexpr (kAmaxOnly) {

@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(kThreads) quantize_mxfp8_kernel(const void* x,
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       amax = max_f(amax, amax_finite16(v[h], bad));
-      bad_count += qk::count_nonfinite16(v[h]);
+      if (bad) bad_count += qk::count_nonfinite16(v[h]);
     }
     const uint8_t s = bad ? uint8_t{0xFF} : mxfp8_scale_code(amax);
     q.scales[b] = s;

@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kThreads, 2) quantize_nvfp4_kernel(QuantArgs a
       if (a.rht_n > 0) qk::rht_block16(v, a.signs, a.rht_n, c0);
       bool bad = false;
       const float amax16 = amax_finite16(v, bad);
-      nonfinite += qk::count_nonfinite16(v);
+      if (bad) nonfinite += qk::count_nonfinite16(v);
       const int64_t i0 = row[s] * a.cols + c0;
       uint8_t scale;
       float outer;
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, 2) quantize_nvfp4_kernel(QuantArgs a
       if (a.rht_n > 0) qk::rht_block16(v[s], a.signs, a.rht_n, c0);
       bool bad = false;
       const float amax16 = amax_finite16(v[s], bad);
-      nonfinite += qk::count_nonfinite16(v[s]);
+      if (bad) nonfinite += qk::count_nonfinite16(v[s]);
       uint32_t key = bad ? 0xFFFFFFFFu : float_bits(amax16);
       key = max(key, __shfl_xor_sync(qk::kFullMask, key, 8));
       key = max(key, __shfl_xor_sync(qk::kFullMask, key, 16));
