@@ -34,7 +34,7 @@ class Carver {
 struct Transients {
   float* amax = nullptr;  // 4 tensor amax values
   bf16* a = nullptr;      // [n x max(in, out)]: X^ (forward); Q3(dY) values, then Q6 values (backward)
-  bf16* b = nullptr;      // max(out x in, out x n): W^ (forward); Q4 values, then Q5 values (backward)
+  bf16* b = nullptr;      // max(out x in, out x n): W^ (forward); Q4 or Q2 values, then Q5's (backward)
   uint8_t* codes_a = nullptr;  // packed Q1 [n x in] (forward), Q3 [n x out] (backward)
   uint8_t* scales_a = nullptr;
   float* outer_a = nullptr;
@@ -66,7 +66,7 @@ Transients carve_transients(uint8_t* base, int64_t n, int64_t in, int64_t out, c
 }
 
 // Where layers without a lent workspace carve their transients: one growing region shared by all of them
-// (they run one after another on one stream), for standalone use; the engine lends each layer its arena.
+// (they run one after another on one stream), for standalone use; the engine lends a piece of its arena.
 uint8_t* fallback_workspace(size_t bytes) {
   static DeviceBuffer<uint8_t> region;
   if (region.size() < bytes) region = DeviceBuffer<uint8_t>(bytes);
