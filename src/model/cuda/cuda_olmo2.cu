@@ -224,12 +224,15 @@ void CudaOlmo2::backward(const DeviceBatch& batch) {
   float* next = acts_->dres[1];
   rmsnorm_backward(acts_->dres[1], acts_->res, params_.value(final_norm_), acts_->rstd_f, cur,
                    params_.grad(final_norm_), acts_->norm_scratch, n, d, stream_);
+  if (on_gradients_queued) on_gradients_queued(-1);
   for (int l = cfg_.n_layers - 1; l >= 0; --l) {
     block_backward(l, cur, next);
     std::swap(cur, next);
+    if (on_gradients_queued) on_gradients_queued(l);
   }
   embedding_backward(cur, batch.group_ids, batch.group_offsets, batch.group_positions, batch.groups,
                      params_.grad(embed_), d, stream_);
+  if (on_gradients_queued) on_gradients_queued(cfg_.n_layers);
 }
 
 void CudaOlmo2::block_backward(int l, const float* dout, float* dx) {

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -63,6 +64,11 @@ class CudaOlmo2 {
   // The quantized linears' random streams: the run seed and a per-forward call index, set by the engine
   // before each forward exactly as the CPU engine sets Olmo2Model::quant_context().
   QuantContext& quant_context() { return quant_ctx_; }
+
+  // Data parallelism: called by backward() on the host once the work completing a gradient bucket is
+  // queued on the stream: -1 after the head (LM head, final norm), l after block l, n_layers after the
+  // embedding (optim/grad_buckets.h numbers buckets the same way). Empty: not called.
+  std::function<void(int bucket)> on_gradients_queued;
 
   // Whether the fused attention kernels take this head size (otherwise the plain fallback runs).
   static bool fused_attention_supports(int head_dim);
