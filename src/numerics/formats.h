@@ -13,16 +13,17 @@ namespace fp4 {
 // Code = sign bit 0x8 | magnitude index 0..7 over {0, 0.5, 1, 1.5, 2, 3, 4, 6}.
 inline constexpr float kE2m1Max = 6.0f;
 
+// Decoding reverses e2m1_grid_index's encoding (below): the bits (index << 22) are magnitude * 2^-126,
+// so one exact multiplication by 2^126 gives the magnitude (0 -> 0, 1 -> 0.5, ..., 7 -> 6).
+inline constexpr float kTwoPow126 = 8.50705917302346158658e+37f;
+
 FP4_HD float e2m1_magnitude(uint8_t index) {
-  // index 0..7 -> 0, 0.5, 1, 1.5, 2, 3, 4, 6 (branch-free: exponent/mantissa form)
-  const uint32_t e = index >> 1, m = index & 1u;
-  if (e == 0) return m ? 0.5f : 0.0f;
-  return bits_float(((e + 126u) << 23) | (m << 22));  // 2^(e-1) * (1 + m/2)
+  return mul_rn(bits_float(static_cast<uint32_t>(index & 0x7u) << 22), kTwoPow126);
 }
 
 FP4_HD float e2m1_decode(uint8_t code) {
-  const float mag = e2m1_magnitude(code & 0x7u);
-  return (code & 0x8u) ? -mag : mag;
+  const uint32_t c = code;
+  return mul_rn(bits_float(((c & 0x7u) << 22) | ((c & 0x8u) << 28)), kTwoPow126);  // sign to bit 31
 }
 
 // E2M1 magnitudes times 2^-126 are FP32 numbers whose bits, shifted right by 22, are the magnitude index:
