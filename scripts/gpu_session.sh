@@ -10,6 +10,8 @@
 #   data         unpack .carry/corpus.tar.xz and prepare GPT-2 shards (data/shards-gpt2)
 #   quick        200 steps of olmo2-30m per recipe (speed and sanity)
 #   exp30m       olmo2-30m, every recipe, $EXP_STEPS steps (default 3052: 100M tokens), then the report
+#   qbench       quantize_bench (quantizer bandwidth against a D2D copy, 64 and 256 MiB)
+#   smoke1b      two training steps of olmo2-1b (bf16 and tetrajet-v2-base) through train_bench
 #   qprofile     Nsight Compute sections of the quantization kernels + their SASS instruction counts
 #   stepprofile  per-kernel times of one olmo2-70m training step (bf16 and tetrajet-v2-base) under ncu
 set -uo pipefail
@@ -32,7 +34,18 @@ configure_and_build() {  # configure_and_build TARGET...
   note "build rc=$rc in $((SECONDS - t0))s"
   return $rc
 }
-phase_build() { configure_and_build fp4train test_cuda train_bench engine_dump_cuda engine_dump; }
+phase_build() { configure_and_build fp4train test_cuda train_bench quantize_bench engine_dump_cuda engine_dump; }
+phase_qbench() {
+  timeout 200 $B/quantize_bench >"$out/quantize_bench.log" 2>&1
+  note "quantize_bench rc=$?"
+  grep -E "^\|" "$out/quantize_bench.log" | grep -E "copy|1x16|16x16|dual|dequant|amax" | head -24
+}
+phase_smoke1b() {
+  for r in bf16 tetrajet-v2-base; do
+    timeout 150 $B/train_bench --config olmo2-1b --steps 2 --warmup 1 --recipes $r >>"$out/smoke1b.log" 2>&1
+    note "olmo2-1b $r rc=$? $(grep '^train_bench:' "$out/smoke1b.log" | tail -1 | cut -c1-200)"
+  done
+}
 phase_buildq() { configure_and_build quantize_bench train_bench; }
 phase_buildlite() { configure_and_build fp4train train_bench; }  # what training and the recipe bench need
 phase_recipebench() {
@@ -123,16 +136,19 @@ phase_qprofile() {
 phase_stepprofile() {
   local ncu
   ncu=$(ncu_bin)
-  for r in bf16 tetrajet-v2-base; do
+  for r in ${PROFILE_RECIPES:-bf16 tetrajet-v2-base}; do
     timeout 200 "$ncu" --metrics gpu__time_duration.sum --csv --print-units base \
       $B/train_bench --config olmo2-70m --steps 1 --warmup 1 --recipes $r >"$out/stepprofile-$r.csv" 2>"$out/stepprofile-$r.err"
     note "stepprofile $r rc=$? $(wc -l <"$out/stepprofile-$r.csv") lines"
+    python3 bench/kernel_profile.py "$out/stepprofile-$r.csv" --label "olmo2-70m $r (2 steps)" | head -16
   done
 }
 
 for p in "$@"; do
   "phase_$p" || { note "phase $p failed"; [ "$p" = build ] && break; }
 done
+# Everything in one archive (the device tool brings back only a few files per call).
+(cd "$out" && tar czf ../gpu-out.tar.gz . && mv ../gpu-out.tar.gz .) 2>/dev/null
 echo
 echo "== summary"
 printf '  %s\n' "${summary[@]}"
