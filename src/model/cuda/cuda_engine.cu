@@ -11,7 +11,9 @@
 #include "model/cuda/device_adamw.h"
 #include "model/cuda/device_params.h"
 #include "model/olmo2.h"
+#include "ops/cuda/elementwise_cuda.h"
 #include "ops/cuda/gemm_cublaslt.h"
+#include "optim/grad_buckets.h"
 #include "tensor/tensor.h"
 
 namespace fp4 {
@@ -82,14 +84,34 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
     set_device();
     const std::string where = "train step " + std::to_string(adam_->step_count() + 1);
     const int64_t total = run_micro_batches(micro_batches, where);
+    if (comm_) reduce_gradients();
     adam_->queue_step(*params_, hyper, sums_.data());
+    if (comm_) gather_parameters();
     const StepStats stats = finish(where, total);
     adam_->commit_step();
     return stats;
   }
 
+  void set_data_parallel(const DataParallel& dp) override {
+    set_device();
+    FP4_CHECK(dp.comm != nullptr && dp.comm->device_memory(), "CUDA engine: data parallelism needs a device ",
+              "communicator (got ", dp.comm ? dp.comm->backend() : std::string("none"), ")");
+    const int world = dp.comm->world_size();
+    FP4_CHECK(static_cast<int>(dp.shards.size()) == world, "CUDA engine: ", dp.shards.size(), " shards for ",
+              world, " ranks");
+    int64_t covered = 0;
+    for (const auto& r : dp.shards) covered += r.size();
+    FP4_CHECK(covered == params_->numel(), "CUDA engine: the shards cover ", covered, " of ", params_->numel(),
+              " parameters");
+    comm_ = dp.comm;
+    shards_ = dp.shards;
+    buckets_ = gradient_buckets(parameters());
+    adam_->set_shard(*params_, shards_[static_cast<size_t>(comm_->rank())], comm_);
+  }
+
   StepStats compute_gradients(std::span<const Batch> micro_batches) override {
     set_device();
+    FP4_CHECK(comm_ == nullptr, "compute_gradients is not available with data parallelism");
     const std::string where = "compute_gradients";
     const int64_t total = run_micro_batches(micro_batches, where);
     adam_->queue_norm(*params_, sums_.data());
@@ -152,13 +174,12 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
       params_->read_value(i, buf);
       out.push_back(f32_state_tensor(p.info.name, p.info.shape, buf));
     }
+    const std::vector<float> m = full_moment(0), v = full_moment(1);
     for (int i = 0; i < params_->size(); ++i) {
       const auto& p = params_->at(i);
-      std::vector<float> buf(static_cast<size_t>(p.info.numel()));
-      adam_->read_moment(0, p, buf);
-      out.push_back(f32_state_tensor(kMomentPrefix1 + p.info.name, p.info.shape, buf));
-      adam_->read_moment(1, p, buf);
-      out.push_back(f32_state_tensor(kMomentPrefix2 + p.info.name, p.info.shape, buf));
+      const auto off = static_cast<size_t>(p.offset), n = static_cast<size_t>(p.info.numel());
+      out.push_back(f32_state_tensor(kMomentPrefix1 + p.info.name, p.info.shape, std::span(m).subspan(off, n)));
+      out.push_back(f32_state_tensor(kMomentPrefix2 + p.info.name, p.info.shape, std::span(v).subspan(off, n)));
     }
     StateTensor step{kStepName, "I64", {1}, std::vector<uint8_t>(sizeof(int64_t))};
     const int64_t s = adam_->step_count();
@@ -203,6 +224,43 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
  private:
   void set_device() const { FP4_CUDA_CHECK(cudaSetDevice(device_)); }
 
+  // Host copy of a moment of every element (which = 0: m, 1: v); with data parallelism the shards
+  // are all-gathered on the device first (collective).
+  std::vector<float> full_moment(int which) const {
+    std::vector<float> host(static_cast<size_t>(params_->numel()));
+    if (host.empty()) return host;
+    const IndexRange shard = adam_->shard();
+    DeviceBuffer<float> full(host.size());
+    FP4_CUDA_CHECK(cudaMemsetAsync(full.data(), 0, full.bytes(), stream_.get()));
+    if (shard.size() > 0)
+      FP4_CUDA_CHECK(cudaMemcpyAsync(full.data() + shard.begin, adam_->moment(which),
+                                     static_cast<size_t>(shard.size()) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                     stream_.get()));
+    if (comm_) comm_->all_gather(full.data(), shards_, stream_.get());
+    cuda::copy_to_host(host.data(), full.data(), full.bytes(), stream_.get());
+    return host;
+  }
+
+  // Sums the gradients over ranks bucket by bucket in backward order (reduce-scatter to the shard
+  // owners), queued on the engine's stream after the backward. Not yet overlapped with the backward:
+  // CudaOlmo2::on_gradients_queued marks where each bucket could start on a communication stream.
+  void reduce_gradients() {
+    double* sums = sums_.data();
+    comm_->all_reduce_sum(sums, 2, CommType::kF64, stream_.get());  // the job's loss, for logs and skips
+    for (const auto& b : buckets_)
+      comm_->reduce_scatter_sum(params_->grads(), bucket_shards(b.range, shards_), stream_.get());
+  }
+
+  // Every rank's updated shard to every rank, then the BF16 copy of the parts this rank did not update.
+  void gather_parameters() {
+    comm_->all_gather(params_->values(), shards_, stream_.get());
+    const IndexRange mine = adam_->shard();
+    if (mine.begin > 0) cuda::f32_to_bf16(params_->values(), params_->values_bf16(), mine.begin, stream_.get());
+    if (mine.end < params_->numel())
+      cuda::f32_to_bf16(params_->values() + mine.end, params_->values_bf16() + mine.end, params_->numel() - mine.end,
+                  stream_.get());
+  }
+
   // Queues forward, loss and backward of every micro-batch with the step's loss scaling; returns the
   // step's target count. Gradients are zeroed first, the loss sums accumulate in sums_.
   int64_t run_micro_batches(std::span<const Batch> micro_batches, const std::string& where) {
@@ -212,8 +270,9 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
       check_batch(micro_batches[i], cfg_, where + " micro-batch " + std::to_string(i), true);
       total += count_targets(micro_batches[i]);
     }
+    if (comm_) comm_->host_all_reduce_sum(&total, 1, CommType::kI64);  // the job's targets
     FP4_CHECK(total > 0, where, ": no target tokens in ", micro_batches.size(), " micro-batches");
-    // Each token's loss is divided by the step's total token count, as in the CPU engine.
+    // Each token's loss is divided by the step's total token count (all ranks), as in the CPU engine.
     const float grad_scale = static_cast<float>(1.0 / static_cast<double>(total));
     const auto up = uploader_.upload(micro_batches, true, true);
     params_->zero_grads();
@@ -286,6 +345,9 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
   std::unique_ptr<cuda::DeviceParams> params_;
   std::unique_ptr<cuda::DeviceAdamW> adam_;
   std::unique_ptr<cuda::CudaOlmo2> model_;
+  Communicator* comm_ = nullptr;  // data parallelism, when set
+  std::vector<IndexRange> shards_;
+  std::vector<GradBucket> buckets_;
 };
 
 }  // namespace

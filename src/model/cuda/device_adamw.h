@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "model/cuda/device_params.h"
 #include "model/engine.h"
 #include "ops/cuda/adamw_cuda.h"
@@ -28,13 +29,24 @@ class DeviceAdamW {
   // Queues only the gradient norms and the non-finite check (no clipping, no update).
   void queue_norm(const DeviceParams& params, const double* loss_sums);
 
-  // The last queued step's control and per-parameter gradient sums of squares (synchronizes).
+  // The last queued step's control and per-parameter gradient sums of squares (synchronizes). Sharded:
+  // the sums cover this rank's part of each parameter (0 for parameters outside the shard).
   StepControl read_control(std::vector<double>& param_sumsq) const;
+
+  // ZeRO-1: keep moments (zero, before the first step) for elements [shard.begin, shard.end) of the
+  // flat buffers only and update only those; the clipping norm sums every rank's shard through comm
+  // (collective, queued on the stream). The caller reduce-scatters the gradients before queue_step
+  // and all-gathers the values after it.
+  void set_shard(const DeviceParams& params, IndexRange shard, Communicator* comm);
+  IndexRange shard() const { return shard_; }
+  // The moments of the shard on the device (which = 0: m, 1: v), shard().size() floats.
+  const float* moment(int which) const { return which == 0 ? m_.data() : v_.data(); }
 
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t step);
 
-  // Host copies of one parameter's moments (which = 0: m, 1: v).
+  // Host copies of one parameter's moments (which = 0: m, 1: v). read_moment needs the whole buffer
+  // (no shard); write_moment writes the part of p inside the shard.
   void read_moment(int which, const Parameter& p, std::span<float> out) const;
   void write_moment(int which, const Parameter& p, std::span<const float> in);
 
@@ -49,6 +61,14 @@ class DeviceAdamW {
   DeviceBuffer<double> chunk_partials_, param_sumsq_;
   DeviceBuffer<StepControl> control_;
   int64_t step_ = 0;
+  // Pieces (parameter parts inside the shard) are the units of chunks_, decay flags and sums.
+  IndexRange shard_;
+  std::vector<int> piece_param_;  // parameter of each piece
+  int n_all_params_ = 0;
+  Communicator* comm_ = nullptr;
+  DeviceBuffer<double> dp_scalars_;  // [sum of squares, non-finite] reduced over ranks
+  void build(const DeviceParams& params);
 };
+
 
 }  // namespace fp4::cuda
