@@ -107,24 +107,28 @@ double median_us(const std::function<void()>& call, int runs) {
 // A device-to-device copy moving `bytes` in all (half read, half written).
 double copy_us(size_t bytes, int runs) {
   DeviceBuffer<unsigned char> src(bytes / 2), dst(bytes / 2);
-  return median_us([&] { FP4_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes / 2, cudaMemcpyDeviceToDevice)); },
-                   runs);
+  return median_us(
+      [&] { FP4_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes / 2, cudaMemcpyDeviceToDevice)); },
+      runs);
 }
 
 void report(const char* name, int n, int width, size_t bytes, double us, int runs) {
   const double copy = copy_us(bytes, runs);
   const double gbs = bytes / us * 1e-3, copy_gbs = bytes / copy * 1e-3;
-  std::printf("%-24s n=%-6d width=%-5d %8.1f MB %9.1f us %8.1f GB/s | copy %8.1f us %8.1f GB/s | %.2fx copy\n",
-              name, n, width, bytes * 1e-6, us, gbs, copy, copy_gbs, copy / us);
+  std::printf(
+      "%-24s n=%-6d width=%-5d %8.1f MB %9.1f us %8.1f GB/s | copy %8.1f us %8.1f GB/s | %.2fx copy\n", name,
+      n, width, bytes * 1e-6, us, gbs, copy, copy_gbs, copy / us);
 }
 
 void bench_width(const Options& o, int d) {
   const int n = o.n, f = 2 * d;
   const size_t nd = static_cast<size_t>(n) * d;
   const float eps = 1e-6f;
-  auto w = filled<float>(static_cast<size_t>(d), 0.2f, 1.0f), w2 = filled<float>(static_cast<size_t>(d), 0.2f, 1.0f);
+  auto w = filled<float>(static_cast<size_t>(d), 0.2f, 1.0f),
+       w2 = filled<float>(static_cast<size_t>(d), 0.2f, 1.0f);
   auto dw = filled<float>(static_cast<size_t>(d)), dw2 = filled<float>(static_cast<size_t>(d));
-  auto rstd = filled<float>(static_cast<size_t>(n), 0.1f, 1.0f), rstd2 = filled<float>(static_cast<size_t>(n), 0.1f, 1.0f);
+  auto rstd = filled<float>(static_cast<size_t>(n), 0.1f, 1.0f),
+       rstd2 = filled<float>(static_cast<size_t>(n), 0.1f, 1.0f);
   DeviceBuffer<float> scratch(norm_backward_scratch_floats(n, 2 * d));
 
   {  // RMSNorm forward as in a block: BF16 rows + FP32 residual -> FP32 and BF16 outputs.
@@ -133,7 +137,10 @@ void bench_width(const Options& o, int d) {
     DeviceBuffer<float> out(nd);
     DeviceBuffer<bf16> out16(nd);
     const double us = median_us(
-        [&] { rmsnorm_forward(x.data(), w.data(), res.data(), out.data(), out16.data(), rstd.data(), n, d, eps, nullptr); },
+        [&] {
+          rmsnorm_forward(x.data(), w.data(), res.data(), out.data(), out16.data(), rstd.data(), n, d, eps,
+                          nullptr);
+        },
         o.runs);
     report("rmsnorm_forward", n, d, nd * (2 + 4 + 4 + 2), us, o.runs);
   }
@@ -142,7 +149,10 @@ void bench_width(const Options& o, int d) {
     auto x = filled<bf16>(nd, 2.0f);
     DeviceBuffer<bf16> dx(nd);
     const double us = median_us(
-        [&] { rmsnorm_backward(g.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), scratch.data(), n, d, nullptr); },
+        [&] {
+          rmsnorm_backward(g.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), scratch.data(), n,
+                           d, nullptr);
+        },
         o.runs);
     report("rmsnorm_backward", n, d, nd * (4 + 2 + 2), us, o.runs);
   }
@@ -163,16 +173,17 @@ void bench_width(const Options& o, int d) {
     DeviceBuffer<bf16> out(3 * nd);
     const double fwd = median_us(
         [&] {
-          qk_norm_rope_forward(qkv.data(), out.data(), w.data(), w2.data(), cos_t.data(), sin_t.data(), rstd.data(),
-                               rstd2.data(), n, o.t, d, o.head_dim, eps, nullptr);
+          qk_norm_rope_forward(qkv.data(), out.data(), w.data(), w2.data(), cos_t.data(), sin_t.data(),
+                               rstd.data(), rstd2.data(), n, o.t, d, o.head_dim, eps, nullptr);
         },
         o.runs);
     report("qk_norm_rope_forward", n, d, 3 * nd * (2 + 2), fwd, o.runs);
     // In place: every timed call sees the previous call's output as its gradient (same bytes moved).
     const double bwd = median_us(
         [&] {
-          qk_norm_rope_backward(dqkv.data(), qkv.data(), w.data(), w2.data(), cos_t.data(), sin_t.data(), rstd.data(),
-                                rstd2.data(), dw.data(), dw2.data(), scratch.data(), n, o.t, d, o.head_dim, nullptr);
+          qk_norm_rope_backward(dqkv.data(), qkv.data(), w.data(), w2.data(), cos_t.data(), sin_t.data(),
+                                rstd.data(), rstd2.data(), dw.data(), dw2.data(), scratch.data(), n, o.t, d,
+                                o.head_dim, nullptr);
         },
         o.runs);
     report("qk_norm_rope_backward", n, d, 2 * nd * (2 + 2 + 2), bwd, o.runs);
@@ -184,7 +195,8 @@ void bench_width(const Options& o, int d) {
     DeviceBuffer<bf16> out(nf), dgu(2 * nf);
     const double fwd = median_us([&] { swiglu_forward(gu.data(), out.data(), n, f, nullptr); }, o.runs);
     report("swiglu_forward", n, f, nf * (4 + 2), fwd, o.runs);
-    const double bwd = median_us([&] { swiglu_backward(dout.data(), gu.data(), dgu.data(), n, f, nullptr); }, o.runs);
+    const double bwd =
+        median_us([&] { swiglu_backward(dout.data(), gu.data(), dgu.data(), n, f, nullptr); }, o.runs);
     report("swiglu_backward", n, f, nf * (2 + 4 + 4), bwd, o.runs);
   }
 }

@@ -56,7 +56,9 @@ std::vector<float> as_f32(const std::vector<bf16>& v) {
   for (size_t i = 0; i < v.size(); ++i) out[i] = __bfloat162float(v[i]);
   return out;
 }
-std::vector<float> as_f32(std::vector<float> v) { return v; }
+std::vector<float> as_f32(std::vector<float> v) {
+  return v;
+}
 
 // Device array of `count` elements starting `offset` elements into its allocation: an offset of 2 makes
 // every row start off the 16-byte grid, which sends the kernels down their general paths.
@@ -310,10 +312,12 @@ TEST(NormKernels, ReducePartialsAddsColumnSumsToBothHalves) {
       const int split = width / 2 + 1;  // uneven halves
       SCOPED_TRACE("blocks=" + std::to_string(blocks) + " width=" + std::to_string(width));
       const auto parts = gaussian(rng, static_cast<size_t>(blocks) * width);
-      const auto a0 = gaussian(rng, static_cast<size_t>(split)), b0 = gaussian(rng, static_cast<size_t>(width - split));
+      const auto a0 = gaussian(rng, static_cast<size_t>(split)),
+                 b0 = gaussian(rng, static_cast<size_t>(width - split));
       Expect ea(a0.size()), eb(b0.size());
       for (int j = 0; j < width; ++j) {
-        double s = j < split ? a0[static_cast<size_t>(j)] : b0[static_cast<size_t>(j - split)], mag = std::fabs(s);
+        double s = j < split ? a0[static_cast<size_t>(j)] : b0[static_cast<size_t>(j - split)],
+               mag = std::fabs(s);
         for (int b = 0; b < blocks; ++b) {
           s += parts[static_cast<size_t>(b) * width + j];
           mag += std::fabs(parts[static_cast<size_t>(b) * width + j]);
@@ -341,8 +345,8 @@ struct QkCase {
 // Vectorized (head sizes 64, 128, and 32 with idle lanes), the general path (head size 24; d = 4096;
 // misaligned rows), odd row counts and many rows per warp.
 std::vector<QkCase> qk_cases() {
-  return {{2, 19, 8, 64, 0},  {1, 37, 8, 128, 0}, {3, 111, 16, 128, 0}, {9, 1001, 8, 64, 0},
-          {5, 13, 3, 32, 0},  {2, 21, 5, 24, 0},  {1, 33, 32, 128, 0},  {3, 67, 8, 64, 2}};
+  return {{2, 19, 8, 64, 0}, {1, 37, 8, 128, 0}, {3, 111, 16, 128, 0}, {9, 1001, 8, 64, 0},
+          {5, 13, 3, 32, 0}, {2, 21, 5, 24, 0},  {1, 33, 32, 128, 0},  {3, 67, 8, 64, 2}};
 }
 
 struct Rope {
@@ -350,7 +354,8 @@ struct Rope {
 };
 Rope rope_tables(int t, int head_dim, double theta) {
   const int half = head_dim / 2;
-  Rope r{std::vector<float>(static_cast<size_t>(t) * half), std::vector<float>(static_cast<size_t>(t) * half)};
+  Rope r{std::vector<float>(static_cast<size_t>(t) * half),
+         std::vector<float>(static_cast<size_t>(t) * half)};
   for (int pos = 0; pos < t; ++pos)
     for (int i = 0; i < half; ++i) {
       const double angle = pos * std::pow(theta, -2.0 * i / head_dim);
@@ -398,7 +403,8 @@ TEST(NormKernels, QkNormRopeForwardMatchesReference) {
     SCOPED_TRACE(qk_name(c));
     const int n = c.b * c.t, d = c.heads * c.head_dim;
     const auto qkv = bf16_exact(gaussian(rng, static_cast<size_t>(n) * 3 * d, 1.5f, 0.2f));
-    const auto wq = gaussian(rng, static_cast<size_t>(d), 0.2f, 1.0f), wk = gaussian(rng, static_cast<size_t>(d), 0.2f, 1.0f);
+    const auto wq = gaussian(rng, static_cast<size_t>(d), 0.2f, 1.0f),
+               wk = gaussian(rng, static_cast<size_t>(d), 0.2f, 1.0f);
     const Rope rope = rope_tables(c.t, c.head_dim, 500000.0);
     std::vector<double> rq, rk;
     const Expect eq = qk_forward_ref(qkv, 0, wq, rope, c, eps, rq);
@@ -444,7 +450,8 @@ NormBackwardRef qk_backward_ref(const std::vector<float>& dqkv, const std::vecto
   for (int r = 0; r < n; ++r)
     for (int j = 0; j < d; ++j) {
       const size_t i = static_cast<size_t>(r) * d + j;
-      ref.dx.tol[i] += kF32Rel * pair_mag[i] * std::fabs(w[static_cast<size_t>(j)]) * rstd[static_cast<size_t>(r)];
+      ref.dx.tol[i] +=
+          kF32Rel * pair_mag[i] * std::fabs(w[static_cast<size_t>(j)]) * rstd[static_cast<size_t>(r)];
     }
   return ref;
 }
@@ -459,7 +466,8 @@ TEST(NormKernels, QkNormRopeBackwardMatchesReferenceAndIsDeterministic) {
     const size_t count = static_cast<size_t>(n) * 3 * d;
     const auto qkv = bf16_exact(gaussian(rng, count, 1.5f, 0.2f));
     const auto dqkv = bf16_exact(gaussian(rng, count));
-    const auto wq = gaussian(rng, static_cast<size_t>(d), 0.2f, 1.0f), wk = gaussian(rng, static_cast<size_t>(d), 0.2f, 1.0f);
+    const auto wq = gaussian(rng, static_cast<size_t>(d), 0.2f, 1.0f),
+               wk = gaussian(rng, static_cast<size_t>(d), 0.2f, 1.0f);
     const auto dwq0 = gaussian(rng, static_cast<size_t>(d)), dwk0 = gaussian(rng, static_cast<size_t>(d));
     const Rope rope = rope_tables(c.t, c.head_dim, 10000.0);
     std::vector<double> rq64, rk64;
@@ -521,7 +529,8 @@ TEST(NormKernels, SwigluForwardAndBackwardMatchReference) {
         e_out.want[o] = g * s * u;
         e_out.tol[o] = kBf16Rel * std::fabs(e_out.want[o]) + kF32Rel * std::fabs(g * u);
         e_dgu.want[gi] = dv * u * s * (1.0 + g * (1.0 - s));
-        e_dgu.tol[gi] = kBf16Rel * std::fabs(e_dgu.want[gi]) + kF32Rel * std::fabs(dv * u) * (1.0 + std::fabs(g));
+        e_dgu.tol[gi] =
+            kBf16Rel * std::fabs(e_dgu.want[gi]) + kF32Rel * std::fabs(dv * u) * (1.0 + std::fabs(g));
         e_dgu.want[ui] = dv * g * s;
         e_dgu.tol[ui] = kBf16Rel * std::fabs(e_dgu.want[ui]) + kF32Rel * std::fabs(dv * g);
       }

@@ -127,8 +127,9 @@ __global__ void __launch_bounds__(kNormRowThreads)
 
 template <typename XT>
 __global__ void rmsnorm_forward_pairs_kernel(const XT* __restrict__ x, const float* __restrict__ w,
-                                             const float* residual, float* out_f32, bf16* __restrict__ out_bf16,
-                                             float* __restrict__ rstd, int n, int c, float eps) {
+                                             const float* residual, float* out_f32,
+                                             bf16* __restrict__ out_bf16, float* __restrict__ rstd, int n,
+                                             int c, float eps) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (row >= n) return;  // warp-uniform
   const size_t base = static_cast<size_t>(row) * c;
@@ -159,8 +160,8 @@ __global__ void rmsnorm_forward_pairs_kernel(const XT* __restrict__ x, const flo
 template <typename XT, typename DXT>
 __global__ void rmsnorm_backward_block_kernel(const float* __restrict__ dout, const XT* __restrict__ x,
                                               const float* __restrict__ w, const float* __restrict__ rstd,
-                                              DXT* __restrict__ dx, float* __restrict__ partials, int n, int c,
-                                              int rows_per_block) {
+                                              DXT* __restrict__ dx, float* __restrict__ partials, int n,
+                                              int c, int rows_per_block) {
   __shared__ float scratch[32];
   const int pairs = c / 2;
   float2 acc[kNormPairsPerThread];
@@ -241,8 +242,9 @@ template <typename XT, int kC>
 void forward_vec(const XT* x, const float* w, const float* residual, float* out_f32, bf16* out_bf16,
                  float* rstd, int n, int c, float eps, cudaStream_t stream) {
   const int rows_per_block = kForwardThreads / 32;
-  rmsnorm_forward_vec_kernel<XT, kC><<<(n + rows_per_block - 1) / rows_per_block, kForwardThreads, 0, stream>>>(
-      x, w, residual, out_f32, out_bf16, rstd, n, c, eps);
+  rmsnorm_forward_vec_kernel<XT, kC>
+      <<<(n + rows_per_block - 1) / rows_per_block, kForwardThreads, 0, stream>>>(x, w, residual, out_f32,
+                                                                                  out_bf16, rstd, n, c, eps);
   FP4_CUDA_CHECK_LAUNCH("rmsnorm_forward_vec_kernel");
 }
 
@@ -252,14 +254,19 @@ void forward_impl(const XT* x, const float* w, const float* residual, float* out
   check_width(n, c, "rmsnorm_forward");
   FP4_CHECK(out_f32 != nullptr || out_bf16 != nullptr, "rmsnorm_forward: no output");
   if (n == 0) return;
-  const bool aligned = aligned16(x) && aligned16(w) && aligned16(residual) && aligned16(out_f32) &&
-                       aligned16(out_bf16);
+  const bool aligned =
+      aligned16(x) && aligned16(w) && aligned16(residual) && aligned16(out_f32) && aligned16(out_bf16);
   switch (aligned ? chunks_per_lane(c) : 0) {
-    case 1: return forward_vec<XT, 1>(x, w, residual, out_f32, out_bf16, rstd, n, c, eps, stream);
-    case 2: return forward_vec<XT, 2>(x, w, residual, out_f32, out_bf16, rstd, n, c, eps, stream);
-    case 4: return forward_vec<XT, 4>(x, w, residual, out_f32, out_bf16, rstd, n, c, eps, stream);
-    case 8: return forward_vec<XT, 8>(x, w, residual, out_f32, out_bf16, rstd, n, c, eps, stream);
-    default: break;
+    case 1:
+      return forward_vec<XT, 1>(x, w, residual, out_f32, out_bf16, rstd, n, c, eps, stream);
+    case 2:
+      return forward_vec<XT, 2>(x, w, residual, out_f32, out_bf16, rstd, n, c, eps, stream);
+    case 4:
+      return forward_vec<XT, 4>(x, w, residual, out_f32, out_bf16, rstd, n, c, eps, stream);
+    case 8:
+      return forward_vec<XT, 8>(x, w, residual, out_f32, out_bf16, rstd, n, c, eps, stream);
+    default:
+      break;
   }
   const int rows_per_block = kForwardThreads / 32;
   rmsnorm_forward_pairs_kernel<XT><<<(n + rows_per_block - 1) / rows_per_block, kForwardThreads, 0, stream>>>(
@@ -285,11 +292,16 @@ void backward_impl(const float* dout, const XT* x, const float* w, const float* 
   if (n == 0) return;
   const bool aligned = aligned16(dout) && aligned16(x) && aligned16(w) && aligned16(dx) && aligned16(scratch);
   switch (aligned ? chunks_per_lane(c) : 0) {
-    case 1: return backward_vec<XT, DXT, 1>(dout, x, w, rstd, dx, dw, scratch, n, c, stream);
-    case 2: return backward_vec<XT, DXT, 2>(dout, x, w, rstd, dx, dw, scratch, n, c, stream);
-    case 4: return backward_vec<XT, DXT, 4>(dout, x, w, rstd, dx, dw, scratch, n, c, stream);
-    case 8: return backward_vec<XT, DXT, 8>(dout, x, w, rstd, dx, dw, scratch, n, c, stream);
-    default: break;
+    case 1:
+      return backward_vec<XT, DXT, 1>(dout, x, w, rstd, dx, dw, scratch, n, c, stream);
+    case 2:
+      return backward_vec<XT, DXT, 2>(dout, x, w, rstd, dx, dw, scratch, n, c, stream);
+    case 4:
+      return backward_vec<XT, DXT, 4>(dout, x, w, rstd, dx, dw, scratch, n, c, stream);
+    case 8:
+      return backward_vec<XT, DXT, 8>(dout, x, w, rstd, dx, dw, scratch, n, c, stream);
+    default:
+      break;
   }
   const NormTiling t = norm_backward_tiling(n);
   rmsnorm_backward_block_kernel<XT, DXT>
@@ -314,8 +326,8 @@ size_t norm_backward_scratch_floats(int n, int width) {
 void reduce_norm_partials(const float* partials, int blocks, int width, int split, float* dw_a, float* dw_b,
                           cudaStream_t stream) {
   const dim3 threads(kReduceCols, kReduceGroups);
-  reduce_partials_kernel<<<(width + kReduceCols - 1) / kReduceCols, threads, 0, stream>>>(partials, blocks,
-                                                                                          width, split, dw_a, dw_b);
+  reduce_partials_kernel<<<(width + kReduceCols - 1) / kReduceCols, threads, 0, stream>>>(
+      partials, blocks, width, split, dw_a, dw_b);
   FP4_CUDA_CHECK_LAUNCH("reduce_partials_kernel");
 }
 

@@ -27,8 +27,8 @@ __device__ __forceinline__ PairChunk pair_chunk(int pc, int half) {
 
 // Normalizes, scales and rotates one pair chunk (xa at column a, xb at a + half) into `out`.
 __device__ __forceinline__ void norm_rotate(const Held8<bf16>& xa, const Held8<bf16>& xb, float r,
-                                           const float* __restrict__ w, const float (&c)[8],
-                                           const float (&s)[8], PairChunk pc, int half, bf16* out) {
+                                            const float* __restrict__ w, const float (&c)[8],
+                                            const float (&s)[8], PairChunk pc, int half, bf16* out) {
   float va[8], vb[8], wa[8], wb[8], oa[8], ob[8];
   xa.get(va);
   xb.get(vb);
@@ -59,8 +59,8 @@ __global__ void __launch_bounds__(kForwardThreads)
     qk_norm_rope_forward_vec_kernel(const bf16* __restrict__ qkv, bf16* __restrict__ out,
                                     const float* __restrict__ w_q, const float* __restrict__ w_k,
                                     const float* __restrict__ cos_table, const float* __restrict__ sin_table,
-                                    float* __restrict__ rstd_q, float* __restrict__ rstd_k, int n, int t, int d,
-                                    int half, float eps) {
+                                    float* __restrict__ rstd_q, float* __restrict__ rstd_k, int n, int t,
+                                    int d, int half, float eps) {
   const int row = blockIdx.x * (kForwardThreads / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (row >= n) return;  // warp-uniform
   const size_t base = static_cast<size_t>(row) * 3 * d;
@@ -222,12 +222,10 @@ __device__ __forceinline__ RotPair rot_pair(int p, int half) {
   return {a, a + half, i};
 }
 
-__global__ void qk_norm_rope_forward_pairs_kernel(const bf16* __restrict__ qkv, bf16* __restrict__ out,
-                                            const float* __restrict__ w_q, const float* __restrict__ w_k,
-                                            const float* __restrict__ cos_table,
-                                            const float* __restrict__ sin_table, float* __restrict__ rstd_q,
-                                            float* __restrict__ rstd_k, int n, int t, int d, int half,
-                                            float eps) {
+__global__ void qk_norm_rope_forward_pairs_kernel(
+    const bf16* __restrict__ qkv, bf16* __restrict__ out, const float* __restrict__ w_q,
+    const float* __restrict__ w_k, const float* __restrict__ cos_table, const float* __restrict__ sin_table,
+    float* __restrict__ rstd_q, float* __restrict__ rstd_k, int n, int t, int d, int half, float eps) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (row >= n) return;  // warp-uniform
   const size_t base = static_cast<size_t>(row) * 3 * d;
@@ -272,13 +270,11 @@ __device__ __forceinline__ float2 unrotate(const bf16* g, RotPair rp, float c, f
   return make_float2(ga * c + gb * s, gb * c - ga * s);
 }
 
-__global__ void qk_norm_rope_backward_block_kernel(bf16* __restrict__ dqkv, const bf16* __restrict__ qkv,
-                                             const float* __restrict__ w_q, const float* __restrict__ w_k,
-                                             const float* __restrict__ cos_table,
-                                             const float* __restrict__ sin_table,
-                                             const float* __restrict__ rstd_q,
-                                             const float* __restrict__ rstd_k, float* __restrict__ partials,
-                                             int n, int t, int d, int half, int rows_per_block) {
+__global__ void qk_norm_rope_backward_block_kernel(
+    bf16* __restrict__ dqkv, const bf16* __restrict__ qkv, const float* __restrict__ w_q,
+    const float* __restrict__ w_k, const float* __restrict__ cos_table, const float* __restrict__ sin_table,
+    const float* __restrict__ rstd_q, const float* __restrict__ rstd_k, float* __restrict__ partials, int n,
+    int t, int d, int half, int rows_per_block) {
   __shared__ float scratch[32];
   const int pairs = d / 2;
   float2 acc_q[kNormPairsPerThread], acc_k[kNormPairsPerThread];
@@ -360,11 +356,12 @@ int pair_chunks_per_lane(int d, int head_dim, std::initializer_list<const void*>
 
 template <int kP>
 void forward_vec(const bf16* qkv, bf16* out, const float* w_q, const float* w_k, const float* cos_table,
-                 const float* sin_table, float* rstd_q, float* rstd_k, int n, int t, int d, int half, float eps,
-                 cudaStream_t stream) {
+                 const float* sin_table, float* rstd_q, float* rstd_k, int n, int t, int d, int half,
+                 float eps, cudaStream_t stream) {
   const int rows_per_block = kForwardThreads / 32;
-  qk_norm_rope_forward_vec_kernel<kP><<<(n + rows_per_block - 1) / rows_per_block, kForwardThreads, 0, stream>>>(
-      qkv, out, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, n, t, d, half, eps);
+  qk_norm_rope_forward_vec_kernel<kP>
+      <<<(n + rows_per_block - 1) / rows_per_block, kForwardThreads, 0, stream>>>(
+          qkv, out, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, n, t, d, half, eps);
   FP4_CUDA_CHECK_LAUNCH("qk_norm_rope_forward_vec_kernel");
 }
 
@@ -374,8 +371,8 @@ void backward_vec(bf16* dqkv, const bf16* qkv, const float* w_q, const float* w_
                   float* scratch, int n, int t, int d, int half, cudaStream_t stream) {
   constexpr auto kKernel = qk_norm_rope_backward_vec_kernel<kP>;
   const NormTiling tl = resident_norm_tiling<kKernel>(n, 2);
-  kKernel<<<dim3(tl.blocks, 2), kNormRowThreads, 0, stream>>>(dqkv, qkv, w_q, w_k, cos_table, sin_table, rstd_q,
-                                                             rstd_k, scratch, n, t, d, half, tl.rows_per_block);
+  kKernel<<<dim3(tl.blocks, 2), kNormRowThreads, 0, stream>>>(
+      dqkv, qkv, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, scratch, n, t, d, half, tl.rows_per_block);
   FP4_CUDA_CHECK_LAUNCH("qk_norm_rope_backward_vec_kernel");
   reduce_norm_partials(scratch, tl.blocks, 2 * d, d, dw_q, dw_k, stream);
 }
@@ -389,14 +386,22 @@ void qk_norm_rope_forward(const bf16* qkv, bf16* out, const float* w_q, const fl
   if (n == 0) return;
   const int half = head_dim / 2;
   switch (pair_chunks_per_lane(d, head_dim, {qkv, out, w_q, w_k, cos_table, sin_table})) {
-    case 1: return forward_vec<1>(qkv, out, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, n, t, d, half, eps, stream);
-    case 2: return forward_vec<2>(qkv, out, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, n, t, d, half, eps, stream);
-    case 4: return forward_vec<4>(qkv, out, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, n, t, d, half, eps, stream);
-    default: break;
+    case 1:
+      return forward_vec<1>(qkv, out, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, n, t, d, half, eps,
+                            stream);
+    case 2:
+      return forward_vec<2>(qkv, out, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, n, t, d, half, eps,
+                            stream);
+    case 4:
+      return forward_vec<4>(qkv, out, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, n, t, d, half, eps,
+                            stream);
+    default:
+      break;
   }
   const int rows_per_block = kForwardThreads / 32;
-  qk_norm_rope_forward_pairs_kernel<<<(n + rows_per_block - 1) / rows_per_block, kForwardThreads, 0, stream>>>(
-      qkv, out, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, n, t, d, half, eps);
+  qk_norm_rope_forward_pairs_kernel<<<(n + rows_per_block - 1) / rows_per_block, kForwardThreads, 0,
+                                      stream>>>(qkv, out, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, n,
+                                                t, d, half, eps);
   FP4_CUDA_CHECK_LAUNCH("qk_norm_rope_forward_pairs_kernel");
 }
 
@@ -410,10 +415,17 @@ void qk_norm_rope_backward(bf16* dqkv, const bf16* qkv, const float* w_q, const 
   if (n == 0) return;
   const int half = head_dim / 2;
   switch (pair_chunks_per_lane(d, head_dim, {dqkv, qkv, w_q, w_k, cos_table, sin_table, scratch})) {
-    case 1: return backward_vec<1>(dqkv, qkv, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, dw_q, dw_k, scratch, n, t, d, half, stream);
-    case 2: return backward_vec<2>(dqkv, qkv, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, dw_q, dw_k, scratch, n, t, d, half, stream);
-    case 4: return backward_vec<4>(dqkv, qkv, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, dw_q, dw_k, scratch, n, t, d, half, stream);
-    default: break;
+    case 1:
+      return backward_vec<1>(dqkv, qkv, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, dw_q, dw_k, scratch,
+                             n, t, d, half, stream);
+    case 2:
+      return backward_vec<2>(dqkv, qkv, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, dw_q, dw_k, scratch,
+                             n, t, d, half, stream);
+    case 4:
+      return backward_vec<4>(dqkv, qkv, w_q, w_k, cos_table, sin_table, rstd_q, rstd_k, dw_q, dw_k, scratch,
+                             n, t, d, half, stream);
+    default:
+      break;
   }
   const NormTiling tl = norm_backward_tiling(n);
   qk_norm_rope_backward_block_kernel<<<tl.blocks, kNormThreads, 0, stream>>>(
