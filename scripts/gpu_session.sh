@@ -10,6 +10,9 @@
 #   data         unpack .carry/corpus.tar.xz and prepare GPT-2 shards (data/shards-gpt2)
 #   quick        200 steps of olmo2-30m per recipe (speed and sanity)
 #   exp30m       olmo2-30m, every recipe, $EXP_STEPS steps (default 3052: 100M tokens), then the report
+#   testsbg      start test_cuda in the background (it is CPU-heavy: it overlaps the GPU phases after it)
+#   testswait    wait for it and report
+#   dualprofile  Nsight Compute of the fused dual quantizer with stall reasons and source counters
 #   qbench       quantize_bench (quantizer bandwidth against a D2D copy, 64 and 256 MiB)
 #   smoke1b      two training steps of olmo2-1b (bf16 and tetrajet-v2-base) through train_bench
 #   qprofile     Nsight Compute sections of the quantization kernels + their SASS instruction counts
@@ -35,6 +38,25 @@ configure_and_build() {  # configure_and_build TARGET...
   return $rc
 }
 phase_build() { configure_and_build fp4train test_cuda train_bench quantize_bench engine_dump_cuda engine_dump; }
+phase_testsbg() {
+  (timeout 400 $B/test_cuda --gtest_brief=1 >"$out/test_cuda.log" 2>&1; echo $? >"$out/test_cuda.rc") &
+  note "test_cuda started in the background"
+}
+phase_testswait() {
+  while [ ! -f "$out/test_cuda.rc" ]; do sleep 2; done
+  note "test_cuda rc=$(cat "$out/test_cuda.rc") $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/test_cuda.log" | head -3 | tr '\n' ' ')"
+  grep -E "^\[  FAILED  \]" "$out/test_cuda.log" | head -12
+}
+phase_dualprofile() {
+  local ncu
+  ncu=$(ncu_bin)
+  timeout 150 "$ncu" -k "regex:quantize_dual_kernel" -c 1 --section SpeedOfLight --section Occupancy \
+    --section WarpStateStats --section LaunchStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+    --section SourceCounters --section InstructionStats \
+    $B/quantize_bench --sizes-mib 64 --dtypes bf16 --runs 1 >"$out/ncu-dual.txt" 2>&1
+  note "dualprofile rc=$?"
+  grep -E "Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Stall|stall|Local Memory|Spill" "$out/ncu-dual.txt" | head -30
+}
 phase_qbench() {
   timeout 200 $B/quantize_bench >"$out/quantize_bench.log" 2>&1
   note "quantize_bench rc=$?"
