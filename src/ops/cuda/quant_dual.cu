@@ -112,8 +112,8 @@ __device__ __forceinline__ void dual_rows(const DualArgs& a, uint8_t* smem, int6
   qk::Nvfp4Params p = a.pr;
   if (quantize && !p.block128) qk::load_tensor_scale(p, a.amax_r);
 
-  // Loads are issued a batch at a time (32 registers of raw data: 2 FP32 blocks or 4 BF16 blocks).
-  constexpr int kBatch = T == QuantIoType::kF32 ? 2 : 4;
+  // Loads are issued two blocks at a time.
+  constexpr int kBatch = 2;  // 32 (FP32) or 16 (BF16) registers of raw data: room for three blocks per SM
   unsigned nonfinite = 0;
 #pragma unroll
   for (int s0 = 0; s0 < kRowItems; s0 += kBatch) {
