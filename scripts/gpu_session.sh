@@ -10,6 +10,7 @@
 #   data         unpack .carry/corpus.tar.xz and prepare GPT-2 shards (data/shards-gpt2)
 #   quick        200 steps of olmo2-30m per recipe (speed and sanity)
 #   exp30m       olmo2-30m, every recipe, $EXP_STEPS steps (default 3052: 100M tokens), then the report
+#   normbench    norm_kernels_bench (RMSNorm, QK-norm+RoPE, SwiGLU against a D2D copy)
 #   testsbg      start test_cuda in the background (it is CPU-heavy: it overlaps the GPU phases after it)
 #   testswait    wait for it and report
 #   dualprofile  Nsight Compute of the fused dual quantizer with stall reasons and source counters
@@ -37,7 +38,12 @@ configure_and_build() {  # configure_and_build TARGET...
   note "build rc=$rc in $((SECONDS - t0))s"
   return $rc
 }
-phase_build() { configure_and_build fp4train test_cuda train_bench quantize_bench engine_dump_cuda engine_dump; }
+phase_build() { configure_and_build fp4train test_cuda train_bench quantize_bench norm_kernels_bench engine_dump_cuda engine_dump; }
+phase_normbench() {
+  timeout 60 $B/norm_kernels_bench >"$out/norm_kernels_bench.log" 2>&1
+  note "norm_kernels_bench rc=$?"
+  grep -E "^\|" "$out/norm_kernels_bench.log" | head -24
+}
 phase_testsbg() {
   (timeout 400 $B/test_cuda --gtest_brief=1 >"$out/test_cuda.log" 2>&1; echo $? >"$out/test_cuda.rc") &
   note "test_cuda started in the background"
