@@ -1,7 +1,9 @@
 #include "train/data_setup.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <vector>
 
 #include "core/error.h"
 #include "data/prepare.h"
@@ -10,28 +12,41 @@
 namespace fp4 {
 namespace fs = std::filesystem;
 
+std::vector<fs::path> text_paths(const std::string& list) {
+  std::vector<fs::path> paths;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    if (comma > start) paths.emplace_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return paths;
+}
+
 Manifest ensure_prepared_data(const RunConfig& cfg, const std::function<void(const std::string&)>& log) {
   const auto& d = cfg.data;
   const fs::path dir = d.train_dir;
   if (fs::exists(dir / kManifestName)) return read_manifest(dir);
 
-  FP4_CHECK(!d.train_text.empty(), "data.train_dir ", dir.string(), " is not prepared (no ", kManifestName,
+  const std::vector<fs::path> train = text_paths(d.train_text), val = text_paths(d.val_text);
+  FP4_CHECK(!train.empty(), "data.train_dir ", dir.string(), " is not prepared (no ", kManifestName,
             "): run `fp4train prepare --input <text files> --tokenizer <spec> --out ", dir.string(),
             "` or set data.train_text");
-  FP4_CHECK(fs::exists(d.train_text), "data.train_dir ", dir.string(), " is not prepared and the corpus ",
-            d.train_text,
-            " is missing: run scripts/fetch_corpus.sh to build the default corpus, or point "
-            "data.train_dir at a prepared directory");
+  for (const fs::path& p : train)
+    FP4_CHECK(fs::exists(p), "data.train_dir ", dir.string(), " is not prepared and the corpus ", p.string(),
+              " is missing: run scripts/fetch_corpus.sh to build the default corpus, or point "
+              "data.train_dir at a prepared directory");
   FP4_CHECK(!d.tokenizer.empty(), "data.tokenizer must be set to prepare ", dir.string(), " from ",
             d.train_text);
 
   PrepareOptions o;
-  o.inputs = {d.train_text};
-  if (!d.val_text.empty()) {
-    FP4_CHECK(fs::exists(d.val_text), "the validation text ", d.val_text,
-              " is missing: run scripts/fetch_corpus.sh, or set data.val_text = \"\" to hold out 5% of the "
-              "training documents");
-    o.val_inputs = {d.val_text};
+  o.inputs = train;
+  if (!val.empty()) {
+    for (const fs::path& p : val)
+      FP4_CHECK(fs::exists(p), "the validation text ", p.string(),
+                " is missing: run scripts/fetch_corpus.sh, or set data.val_text = \"\" to hold out 5% of the "
+                "training documents");
+    o.val_inputs = val;
   } else {
     o.val_fraction = 0.05;
   }

@@ -1,13 +1,19 @@
 // The run's data: prepares the default corpus on first use and checks that the shards fit the model.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "data/manifest.h"
 #include "train/run_config.h"
 
 namespace fp4 {
+
+// The paths of a data.train_text / data.val_text value: files or folders separated by commas (empty
+// entries skipped), e.g. "data/corpus/train/gcide,data/corpus/train/gutenberg".
+std::vector<std::filesystem::path> text_paths(const std::string& list);
 
 // Returns the manifest of data.train_dir. When that directory has no manifest.json yet and
 // data.train_text is set, prepares it first (train_text -> split "train", val_text -> split "val")

@@ -18,8 +18,9 @@ struct DataConfig {
   std::string train_dir = "data/shards-bytes";  // prepared directory (manifest.json), split "train"
   std::string val_dir;                          // prepared directory for split "val"; empty: train_dir
   std::string tokenizer = "bytes";              // load_tokenizer spec; empty: whatever the manifest says
-  // Text to prepare train_dir from when it has no manifest.json yet; empty: never prepare.
-  std::string train_text = "data/corpus/train";
+  // Text to prepare train_dir from when it has no manifest.json yet (files or folders, comma-separated);
+  // empty: never prepare. The default is the corpus's prose (its C code is for the GPU experiments).
+  std::string train_text = "data/corpus/train/gcide,data/corpus/train/linux-doc,data/corpus/train/gutenberg";
   std::string val_text = "data/corpus/val";
   int batch = 16;      // rows per micro-batch
   int seq = 128;       // tokens per row

@@ -10,7 +10,9 @@
 #include <random>
 
 #include "test_util.h"
+#include "data/prepare.h"
 #include "train/checkpoint.h"
+#include "train/data_setup.h"
 #include "train/file_io.h"
 #include "train/sha256.h"
 
@@ -256,6 +258,24 @@ TEST_F(TrainerTest, PreparesTextOnFirstUse) {
   Trainer t(c, quiet());
   EXPECT_TRUE(fs::exists(tmp_ / "auto-shards/manifest.json"));
   EXPECT_EQ(t.run().step, 2);
+}
+
+TEST_F(TrainerTest, TextListsPrepareEveryListedFolder) {
+  EXPECT_EQ(text_paths("a,b/c,,d"), (std::vector<fs::path>{"a", "b/c", "d"}));
+  EXPECT_TRUE(text_paths("").empty());
+  fs::create_directories(tmp_ / "text/extra");
+  std::ofstream(tmp_ / "text/extra/more.txt") << "A second training folder, listed after the first.\n";
+  auto c = config("run", 2);
+  c.data.train_dir = (tmp_ / "list-shards").string();
+  c.data.train_text = (tmp_ / "text/train").string() + "," + (tmp_ / "text/extra").string();
+  c.data.val_text = (tmp_ / "text/val").string();
+  Trainer t(c, quiet());
+  const Manifest m = read_manifest(tmp_ / "list-shards");
+  EXPECT_EQ(m.inputs.size(), expand_inputs({tmp_ / "text/train"}).size() + 1);
+  EXPECT_EQ(fs::path(m.inputs.back()).filename(), "more.txt");
+  c.data.train_dir = (tmp_ / "list-missing").string();
+  c.data.train_text = (tmp_ / "text/train").string() + "," + (tmp_ / "nowhere").string();
+  EXPECT_THAT(error_of([&] { Trainer u(c, quiet()); }), HasSubstr("nowhere is missing"));
 }
 
 TEST_F(TrainerTest, MissingDataNamesWhatToRun) {
