@@ -273,9 +273,10 @@ TEST_F(TrainerTest, TextListsPrepareEveryListedFolder) {
   const Manifest m = read_manifest(tmp_ / "list-shards");
   EXPECT_EQ(m.inputs.size(), expand_inputs({tmp_ / "text/train"}).size() + 1);
   EXPECT_EQ(fs::path(m.inputs.back()).filename(), "more.txt");
-  c.data.train_dir = (tmp_ / "list-missing").string();
-  c.data.train_text = (tmp_ / "text/train").string() + "," + (tmp_ / "nowhere").string();
-  EXPECT_THAT(error_of([&] { Trainer u(c, quiet()); }), HasSubstr("nowhere is missing"));
+  auto d = config("run-missing", 2);  // another run directory: `t` still holds the lock of "run"
+  d.data.train_dir = (tmp_ / "list-missing").string();
+  d.data.train_text = (tmp_ / "text/train").string() + "," + (tmp_ / "nowhere").string();
+  EXPECT_THAT(error_of([&] { Trainer u(d, quiet()); }), HasSubstr("nowhere is missing"));
 }
 
 TEST_F(TrainerTest, MissingDataNamesWhatToRun) {
