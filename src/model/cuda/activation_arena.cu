@@ -3,35 +3,9 @@
 #include "core/error.h"
 #include "model/cuda/activation_arena.h"
 #include "ops/cuda/rmsnorm_cuda.h"
+#include "tensor/carver.h"
 
 namespace fp4::cuda {
-
-namespace {
-
-constexpr size_t kAlign = 256;  // cuBLASLt's preferred alignment; also 16 bytes for vector access
-
-// Hands out aligned pieces of [base, base + size); with base == nullptr it only measures.
-class Carver {
- public:
-  explicit Carver(uint8_t* base) : base_(base) {}
-  template <typename T>
-  T* take(size_t count) {
-    used_ = (used_ + kAlign - 1) / kAlign * kAlign;
-    T* p = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
-    used_ += count * sizeof(T);
-    return p;
-  }
-  size_t used() const { return used_; }
-  // Overlays: carve one group, rewind to its start, carve the other, then continue past the longer.
-  void rewind(size_t to) { used_ = to; }
-  void extend_to(size_t end) { used_ = std::max(used_, end); }
-
- private:
-  uint8_t* base_;
-  size_t used_ = 0;
-};
-
-}  // namespace
 
 ActivationArena::ActivationArena(const ModelConfig& cfg, std::vector<SavedInputs> saved)
     : cfg_(cfg), saved_(std::move(saved)) {

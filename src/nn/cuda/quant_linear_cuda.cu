@@ -5,29 +5,10 @@
 #include "nn/cuda/quant_linear_cuda.h"
 #include "nn/quant_linear.h"
 #include "ops/cuda/quantize_cuda.h"
+#include "tensor/carver.h"
 
 namespace fp4::cuda {
 namespace {
-
-constexpr size_t kAlign = 256;  // as the engine's arena; the quantizers need 16 bytes
-
-// Hands out aligned pieces of a region; with base == nullptr it only measures.
-class Carver {
- public:
-  explicit Carver(uint8_t* base) : base_(base) {}
-  template <typename T>
-  T* take(size_t count) {
-    used_ = (used_ + kAlign - 1) / kAlign * kAlign;
-    T* p = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
-    used_ += count * sizeof(T);
-    return p;
-  }
-  size_t used() const { return used_; }
-
- private:
-  uint8_t* base_;
-  size_t used_ = 0;
-};
 
 // The transients of one forward or backward over n rows, carved in one order from one region; each piece
 // is sized for the larger of its two uses, so forward and backward share the layout.
