@@ -97,27 +97,38 @@ void recv_exactly(const Socket& s, void* data, size_t n, SteadyClock::time_point
   }
 }
 
-Socket listen_ephemeral(const std::string& addr, int backlog, int& port, const std::string& where) {
-  addrinfo* res = resolve(addr, 0, where);
+Socket listen_on(const std::string& addr, int port, int backlog, const std::string& where) {
+  addrinfo* res = resolve(addr, port, where);
   Socket s(::socket(res->ai_family, SOCK_STREAM, 0));
-  const int bound = s.fd() >= 0 ? ::bind(s.fd(), res->ai_addr, res->ai_addrlen) : -1;
+  int bound = -1;
+  if (s.fd() >= 0) {
+    const int one = 1;
+    if (port != 0) ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    bound = ::bind(s.fd(), res->ai_addr, res->ai_addrlen);
+  }
   const int err = errno;
   ::freeaddrinfo(res);
-  FP4_CHECK(bound == 0, where, ": cannot listen on ", addr, ": ", std::strerror(err));
+  FP4_CHECK(bound == 0, where, ": cannot listen on ", addr, ":", port, " (bind failed: ", std::strerror(err), ")");
   FP4_CHECK(::listen(s.fd(), backlog) == 0, where, ": listen failed: ", std::strerror(errno));
+  configure(s.fd());
+  return s;
+}
+
+Socket listen_ephemeral(const std::string& addr, int backlog, int& port, const std::string& where) {
+  Socket s = listen_on(addr, 0, backlog, where);
   sockaddr_storage got{};
   socklen_t len = sizeof(got);
   FP4_CHECK(::getsockname(s.fd(), reinterpret_cast<sockaddr*>(&got), &len) == 0, where,
             ": getsockname failed: ", std::strerror(errno));
   port = got.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&got)->sin6_port)
                                    : ntohs(reinterpret_cast<sockaddr_in*>(&got)->sin_port);
-  configure(s.fd());
   return s;
 }
 
-Socket accept_one(const Socket& listener, SteadyClock::time_point deadline, const std::string& where) {
+Socket accept_one(const Socket& listener, SteadyClock::time_point deadline, const std::string& where,
+                  const std::string& waiting_for) {
   for (;;) {
-    FP4_CHECK(wait_ready(listener.fd(), POLLIN, deadline, where), where, ": timed out waiting for ranks to connect");
+    FP4_CHECK(wait_ready(listener.fd(), POLLIN, deadline, where), where, ": timed out waiting for ", waiting_for);
     Socket conn(::accept(listener.fd(), nullptr, nullptr));
     if (conn.fd() < 0) continue;  // the client gave up between poll and accept
     configure(conn.fd());
@@ -134,7 +145,9 @@ Socket connect_retrying(const std::string& addr, int port, SteadyClock::time_poi
     FP4_CHECK(s.fd() >= 0, where, ": socket failed: ", std::strerror(errno));
     configure(s.fd());
     int rc = ::connect(s.fd(), res->ai_addr, res->ai_addrlen);
+    const int connect_errno = errno;
     ::freeaddrinfo(res);
+    errno = connect_errno;
     if (rc != 0 && errno == EINPROGRESS) {
       if (wait_ready(s.fd(), POLLOUT, deadline, where)) {
         int err = 0;

@@ -34,11 +34,16 @@ void send_exactly(const Socket& s, const void* data, size_t n, SteadyClock::time
 void recv_exactly(const Socket& s, void* data, size_t n, SteadyClock::time_point deadline,
                   const std::string& where, const char* what);
 
+// A listening socket on addr:port (a host name or address; SO_REUSEADDR, so a fixed port can be taken
+// again right after a previous job).
+Socket listen_on(const std::string& addr, int port, int backlog, const std::string& where);
+
 // A listening socket on addr (a host name or address) with a port the kernel picks; port receives it.
 Socket listen_ephemeral(const std::string& addr, int backlog, int& port, const std::string& where);
 
-// Accepts one connection before the deadline.
-Socket accept_one(const Socket& listener, SteadyClock::time_point deadline, const std::string& where);
+// Accepts one connection before the deadline; the timeout error says "timed out waiting for <waiting_for>".
+Socket accept_one(const Socket& listener, SteadyClock::time_point deadline, const std::string& where,
+                  const std::string& waiting_for = "ranks to connect");
 
 // Connects to addr:port, retrying every 50 ms until the deadline.
 Socket connect_retrying(const std::string& addr, int port, SteadyClock::time_point deadline,
