@@ -31,6 +31,31 @@ inline int free_port() {
   return ntohs(addr.sin_port);
 }
 
+// Exit codes of the children, waiting at most `limit`; children still running then are killed and
+// reported as -1; killed by signal N: 100 + N.
+inline std::vector<int> reap(const std::vector<pid_t>& pids, std::chrono::milliseconds limit) {
+  std::vector<int> codes(pids.size(), -1);
+  std::vector<bool> done(pids.size(), false);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  size_t left = pids.size();
+  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      int status = 0;
+      if (done[i] || ::waitpid(pids[i], &status, WNOHANG) != pids[i]) continue;
+      done[i] = true;
+      --left;
+      codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (size_t i = 0; i < pids.size(); ++i) {
+    if (done[i]) continue;
+    ::kill(pids[i], SIGKILL);
+    ::waitpid(pids[i], nullptr, 0);
+  }
+  return codes;
+}
+
 // Forks world processes; child r runs body(env of rank r) and exits with its result (2 when it
 // throws fp4::Error). Returns the exit codes, waiting at most `limit` (children still running then
 // are killed and reported as -1; killed by signal N: 100 + N).
@@ -53,26 +78,7 @@ inline std::vector<int> run_ranks(int world, const std::function<int(const DistE
     }
     pids.push_back(pid);
   }
-  std::vector<int> codes(pids.size(), -1);
-  std::vector<bool> done(pids.size(), false);
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  size_t left = pids.size();
-  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
-    for (size_t i = 0; i < pids.size(); ++i) {
-      int status = 0;
-      if (done[i] || ::waitpid(pids[i], &status, WNOHANG) != pids[i]) continue;
-      done[i] = true;
-      --left;
-      codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  for (size_t i = 0; i < pids.size(); ++i) {
-    if (done[i]) continue;
-    ::kill(pids[i], SIGKILL);
-    ::waitpid(pids[i], nullptr, 0);
-  }
-  return codes;
+  return reap(pids, limit);
 }
 
 }  // namespace fp4::testing

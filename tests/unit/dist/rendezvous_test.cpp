@@ -12,25 +12,15 @@
 #include <thread>
 
 #include "core/error.h"
+#include "multi_process.h"
 
 namespace fp4 {
 namespace {
 
 using namespace std::chrono_literals;
 
-// A loopback port that was free a moment ago (the kernel picks it).
-int free_loopback_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using testing::free_port;
+using testing::reap;
 
 DistEnv loopback_env(int rank, int world, int port) {
   return DistEnv{rank, world, rank, "127.0.0.1", port};
@@ -52,30 +42,6 @@ pid_t spawn_rank(const DistEnv& env, const std::vector<uint8_t>& blob, const std
   ::_exit(code);
 }
 
-// Exit codes of the children, waiting at most `limit`; children still running are killed (code -1).
-std::vector<int> reap(const std::vector<pid_t>& pids, std::chrono::milliseconds limit) {
-  std::vector<int> codes(pids.size(), -1);
-  std::vector<bool> done(pids.size(), false);
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  size_t left = pids.size();
-  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
-    for (size_t i = 0; i < pids.size(); ++i) {
-      int status = 0;
-      if (done[i] || ::waitpid(pids[i], &status, WNOHANG) != pids[i]) continue;
-      done[i] = true;
-      --left;
-      codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  for (size_t i = 0; i < pids.size(); ++i) {
-    if (done[i]) continue;
-    ::kill(pids[i], SIGKILL);
-    ::waitpid(pids[i], nullptr, 0);
-  }
-  return codes;
-}
-
 std::vector<uint8_t> random_blob(size_t n) {
   std::mt19937_64 rng(std::random_device{}());
   std::vector<uint8_t> blob(n);
@@ -84,7 +50,7 @@ std::vector<uint8_t> random_blob(size_t n) {
 }
 
 TEST(Rendezvous, FourProcessesReceiveRankZerosBlob) {
-  const int port = free_loopback_port();
+  const int port = free_port();
   const auto blob = random_blob(128);
   std::vector<pid_t> pids;
   // Non-zero ranks start first and must retry until rank 0 listens.
@@ -96,7 +62,7 @@ TEST(Rendezvous, FourProcessesReceiveRankZerosBlob) {
 }
 
 TEST(Rendezvous, EmptyBlobAndSingleProcess) {
-  const int port = free_loopback_port();
+  const int port = free_port();
   const std::vector<uint8_t> empty;
   const auto codes = reap({spawn_rank(loopback_env(1, 2, port), {}, empty, 3000ms),
                            spawn_rank(loopback_env(0, 2, port), empty, empty, 3000ms)},
@@ -107,7 +73,7 @@ TEST(Rendezvous, EmptyBlobAndSingleProcess) {
 }
 
 TEST(Rendezvous, JoiningRankTimesOutNamingEndpointAndRank) {
-  const int port = free_loopback_port();
+  const int port = free_port();
   try {
     rendezvous_broadcast(loopback_env(2, 3, port), {}, 300ms);
     FAIL() << "no error";
@@ -120,7 +86,7 @@ TEST(Rendezvous, JoiningRankTimesOutNamingEndpointAndRank) {
 }
 
 TEST(Rendezvous, MasterTimesOutCountingJoinedRanks) {
-  const int port = free_loopback_port();
+  const int port = free_port();
   const pid_t child = spawn_rank(loopback_env(1, 3, port), {}, {}, 1500ms);
   try {
     rendezvous_broadcast(loopback_env(0, 3, port), random_blob(16), 600ms);
@@ -135,7 +101,7 @@ TEST(Rendezvous, MasterTimesOutCountingJoinedRanks) {
 }
 
 TEST(Rendezvous, DisagreeingWorldSizeIsAnError) {
-  const int port = free_loopback_port();
+  const int port = free_port();
   const pid_t child = spawn_rank(loopback_env(1, 3, port), {}, {}, 2000ms);
   try {
     rendezvous_broadcast(loopback_env(0, 2, port), random_blob(16), 2000ms);
