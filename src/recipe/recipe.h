@@ -31,12 +31,22 @@ enum class LinearKind : uint8_t { kQkv, kAttnOut, kGateUp, kDown };
 inline constexpr int kNumLinearKinds = 4;
 std::string to_string(LinearKind k);
 
+// OsciReset (RECIPES.md section 6; optim/osci_reset.h). Off unless enabled.
+struct OsciResetConfig {
+  bool enabled = false;
+  int window = 50;         // optimizer steps of one detection window
+  double threshold = 8.0;  // reset where dist_Q / dist_M >= threshold
+  int period = 200;        // steps from one window's start to the next
+  double start = 0.65;     // first window: a fraction of the run (< 1) or a step number (>= 1)
+};
+
 struct Recipe {
   std::string name = "bf16";
   std::string description;
   LinearPolicy linear;              // applied to every quantized linear
   std::vector<int> bf16_layers;     // block indices kept in BF16; negative counts from the end
   std::string optimizer = "adamw";  // adamw (q-adamw, root, q-root later)
+  OsciResetConfig osci_reset;
 
   // The policy for linear `kind` of block `layer` in a model of `n_layers` blocks.
   LinearPolicy policy_for(int layer, int n_layers, LinearKind kind) const;

@@ -1,9 +1,11 @@
 #include "recipe/recipe_io.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 #include <toml++/toml.h>
 
@@ -46,9 +48,19 @@ void set_spec_field(QuantSpec& s, const std::string& field, const std::string& v
   }
 }
 
+// The shortest decimal text that reads back as v.
+std::string float_text(double v) {
+  for (int precision = 1;; ++precision) {
+    std::ostringstream os;
+    os << std::setprecision(precision) << v;
+    if (std::strtod(os.str().c_str(), nullptr) == v || precision >= 17) return os.str();
+  }
+}
+
 std::string node_text(const toml::node& n, const std::string& where) {
   // Booleans first: toml++ also converts a boolean to an integer.
   if (n.is_boolean()) return *n.value<bool>() ? "true" : "false";
+  if (n.is_floating_point()) return float_text(*n.value<double>());
   if (auto v = n.value<std::string>()) return *v;
   if (auto v = n.value<int64_t>()) return std::to_string(*v);
   FP4_THROW(where, ": expected a string, integer or boolean");
@@ -69,6 +81,26 @@ std::vector<int> parse_layer_list(const std::string& text, const std::string& wh
     out.push_back(static_cast<int>(v));
   }
   return out;
+}
+
+void set_osci_field(OsciResetConfig& c, const std::string& field, const std::string& value, const std::string& where) {
+  char* end = nullptr;
+  if (field == "enabled") {
+    FP4_CHECK(value == "true" || value == "false", where, ": expected true or false, got '", value, "'");
+    c.enabled = value == "true";
+  } else if (field == "window" || field == "period") {
+    const long v = std::strtol(value.c_str(), &end, 10);
+    FP4_CHECK(!value.empty() && *end == '\0' && v >= 1 && v <= 1'000'000'000, where,
+              ": expected a positive number of steps, got '", value, "'");
+    (field == "window" ? c.window : c.period) = static_cast<int>(v);
+  } else if (field == "threshold" || field == "start") {
+    const double v = std::strtod(value.c_str(), &end);
+    FP4_CHECK(!value.empty() && *end == '\0' && std::isfinite(v) && v > 0, where,
+              ": expected a positive number, got '", value, "'");
+    (field == "threshold" ? c.threshold : c.start) = v;
+  } else {
+    FP4_THROW(where, ": unknown key (expected enabled, window, threshold, period, start)");
+  }
 }
 
 void set_rht_signs(Recipe& r, const std::string& v, const std::string& where) {
@@ -149,8 +181,16 @@ Recipe parse_recipe(const std::string& text, const std::string& origin) {
         }
         r.linear.q[op] = spec;
       }
+    } else if (key == "osci_reset") {
+      const toml::table* ot = node.as_table();
+      FP4_CHECK(ot, where, ": expected a table");
+      for (const auto& [ok, onode] : *ot) {
+        const std::string ow = origin + ": 'osci_reset." + std::string(ok.str()) + "'";
+        set_osci_field(r.osci_reset, std::string(ok.str()), node_text(onode, ow), ow);
+      }
     } else {
-      FP4_THROW(origin, ": unknown key '", key, "' (expected name, description, optimizer, bf16_layers, linear)");
+      FP4_THROW(origin, ": unknown key '", key,
+                "' (expected name, description, optimizer, bf16_layers, linear, osci_reset)");
     }
   }
   FP4_CHECK(!r.name.empty(), origin, ": missing 'name'");
@@ -168,6 +208,7 @@ void apply_recipe_override(Recipe& r, const std::string& assignment) {
   else if (key == "optimizer") r.optimizer = value;
   else if (key == "bf16_layers") r.bf16_layers = parse_layer_list(value, where);
   else if (key == "linear.rht_signs") set_rht_signs(r, value, where);
+  else if (key.rfind("osci_reset.", 0) == 0) set_osci_field(r.osci_reset, key.substr(11), value, where);
   else if (key.rfind("linear.", 0) == 0) {
     const std::string rest = key.substr(7);
     const auto dot = rest.find('.');
@@ -176,7 +217,7 @@ void apply_recipe_override(Recipe& r, const std::string& assignment) {
     set_spec_field(r.linear.q[op], rest.substr(dot + 1), value, where);
   } else {
     FP4_THROW(where, ": unknown key '", key, "' (expected name, optimizer, bf16_layers, linear.rht_signs, ",
-              "linear.q1..q6.<field>)");
+              "linear.q1..q6.<field>, osci_reset.<field>)");
   }
 }
 
@@ -217,6 +258,16 @@ void validate(const Recipe& r) {
   check_reuse(q4, q2, "Q4", "Q2");
   check_reuse(q6, q1, "Q6", "Q1");
   FP4_CHECK(r.optimizer == "adamw", name, ": optimizer '", r.optimizer, "' is not available (available: adamw)");
+  const OsciResetConfig& o = r.osci_reset;
+  if (o.enabled) {
+    FP4_CHECK(o.period >= o.window, name, ": osci_reset.period (", o.period, ") must be at least its window (",
+              o.window, ")");
+    FP4_CHECK(q2.format == QuantFormat::kNvfp4, name, ": osci_reset tracks NVFP4 weights, but Q2 (W) is ",
+              to_string(q2.format));
+    FP4_CHECK(q2.rounding == Rounding::kRtn && q2.rht_n == 0, name,
+              ": osci_reset needs Q2 (W) with RTN and no RHT (a weight's grid point must be a function of the "
+              "weights)");
+  }
 }
 
 Recipe load_recipe(const std::string& name_or_path, const std::vector<std::string>& overrides) {
@@ -256,6 +307,11 @@ std::string to_toml(const Recipe& r) {
        << to_string(s.rounding) << "\"\nrht = " << s.rht_n << "\nfour_over_six = \"" << to_string(s.four_over_six)
        << "\"\nsource = \"" << to_string(s.source) << "\"\nsr_headroom = " << (s.sr_headroom ? "true" : "false")
        << "\n";
+  }
+  if (r.osci_reset.enabled) {  // only when on, so recipes without it keep their text (checkpoints compare it)
+    const OsciResetConfig& o = r.osci_reset;
+    os << "\n[osci_reset]\nenabled = true\nwindow = " << o.window << "\nthreshold = " << float_text(o.threshold)
+       << "\nperiod = " << o.period << "\nstart = " << float_text(o.start) << "\n";
   }
   return os.str();
 }

@@ -114,6 +114,12 @@ void Trainer::set_up() {
   // The engine first: a device this build lacks is reported before any data work.
   engine_ = make_engine(cfg_, recipe_, dist_.local_rank);
   if (dist_.launched) set_up_data_parallel(ckpt ? ckpt->step() : -1);
+  if (recipe_.osci_reset.enabled) {
+    FP4_CHECK(!dist_.launched, "recipe ", recipe_.name,
+              ": osci_reset does not run with data parallelism yet (train on one process)");
+    osci_ = std::make_unique<OsciReset>(recipe_.osci_reset, cfg_.train.steps,
+                                        osci_targets(engine_->parameters(), recipe_, cfg_.model.n_layers));
+  }
 
   // Rank 0 prepares the data when needed; the others read it once it is there.
   const auto data_log = [this](const std::string& l) { log(l); };
@@ -145,7 +151,11 @@ void Trainer::set_up() {
   val_ = std::make_unique<ValidationLoader>(vo);
 
   if (ckpt) {
-    restore_engine(*engine_, *ckpt);
+    // The tracker's tensors travel with the engine state in the checkpoint; each side takes its own.
+    Checkpoint engine_part = *ckpt;
+    std::erase_if(engine_part.state, [](const StateTensor& t) { return t.name.rfind(OsciReset::kStatePrefix, 0) == 0; });
+    restore_engine(*engine_, engine_part);
+    if (osci_) osci_->load_state(ckpt->state);
     const fs::path trainer_file = ckpt->dir / "trainer.json";
     try {
       train_->restore(LoaderState::from_json(ckpt->trainer.at("loader")));
@@ -194,7 +204,9 @@ fs::path Trainer::save(Progress& progress) {
   SaveOptions so;
   so.keep_last = cfg_.train.keep_checkpoints;
   so.after_stage = options_.checkpoint_stage;
-  const std::vector<StateTensor> state = engine_->save_state();  // collective with data parallelism
+  std::vector<StateTensor> state = engine_->save_state();  // collective with data parallelism
+  if (osci_)
+    for (StateTensor& t : osci_->save_state()) state.push_back(std::move(t));
   std::exception_ptr error;
   if (lead()) {
     try {
@@ -212,6 +224,38 @@ fs::path Trainer::save(Progress& progress) {
   if (!lead()) last_checkpoint_ = checkpoint_root(run_dir_) / checkpoint_name(step_);
   progress.message("saved checkpoint " + last_checkpoint_.string());
   return last_checkpoint_;
+}
+
+namespace {
+
+// The engine's master weights as OsciReset's WeightAccess.
+class EngineWeights final : public WeightAccess {
+ public:
+  explicit EngineWeights(TrainingEngine& e) : e_(e) {}
+  void read(const std::string& name, std::span<float> out) override { e_.read_parameter(name, out); }
+  void write(const std::string& name, std::span<const float> in) override { e_.write_parameter(name, in); }
+
+ private:
+  TrainingEngine& e_;
+};
+
+}  // namespace
+
+void Trainer::run_osci_reset(Progress& progress) {
+  EngineWeights weights(*engine_);
+  const std::optional<OsciResetReport> report = osci_->after_step(step_, weights);
+  if (!report) return;
+  int64_t tracked = 0, reset = 0;
+  nlohmann::json layers = nlohmann::json::array();
+  for (const OsciLayerReport& l : report->layers) {
+    tracked += l.tracked;
+    reset += l.reset;
+    layers.push_back({{"name", l.name}, {"tracked", l.tracked}, {"reset", l.reset}, {"mean_risk", l.mean_risk}});
+  }
+  if (metrics_)
+    metrics_->write({{"type", "osci_reset"}, {"step", step_}, {"tracked", tracked}, {"reset", reset}, {"layers", layers}});
+  progress.message("osci_reset at step " + std::to_string(step_) + ": " + std::to_string(reset) + " of " +
+                   std::to_string(tracked) + " weights reset to their grid points");
 }
 
 EvalResult Trainer::evaluate(Progress& progress) {
@@ -280,6 +324,7 @@ TrainResult Trainer::run() {
     if (!std::isfinite(s.loss)) fail(step_ + 1, "the loss is " + std::to_string(s.loss));
     ++step_;
     tokens_ += cfg_.tokens_per_step();
+    if (osci_) run_osci_reset(progress);
     interval_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     interval_tokens += cfg_.tokens_per_step();
 

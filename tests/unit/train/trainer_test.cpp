@@ -144,6 +144,41 @@ TEST_F(TrainerTest, ResumedRunReproducesTheUninterruptedOneBitForBit) {
             sha256_file(tmp_ / "split/checkpoints/step_000012/model.safetensors"));
 }
 
+// NVIDIA NVFP4 with OsciReset (its 16x16 tensor-scaled weights; the block128 recipe needs widths of 128),
+// windows of 3 steps every 4 from step 2 (resets after steps 5 and 9), threshold 1 so that some weights
+// do reset: the resets are logged, and a run stopped mid-window (step 7) and resumed ends with the same bytes.
+TEST_F(TrainerTest, OsciResetIsLoggedAndResumesMidWindowBitForBit) {
+  const auto osci = [this](const std::string& run, int64_t steps) {
+    RunConfig c = config(run, steps);
+    c.recipe.name = "nvidia-nvfp4";
+    c.recipe.overrides = {{"osci_reset.enabled", "true"},
+                          {"osci_reset.window", "3"},
+                          {"osci_reset.period", "4"},
+                          {"osci_reset.start", "2"},
+                          {"osci_reset.threshold", "1"}};
+    c.train.ckpt_every = 100;
+    return c;
+  };
+  Trainer(osci("full", 12), quiet()).run();
+  const auto events = records(tmp_ / "full", "osci_reset");
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0]["step"], 5);
+  EXPECT_EQ(events[1]["step"], 9);
+  for (const auto& e : events) {
+    EXPECT_GT(e["tracked"].get<int64_t>(), 0);
+    EXPECT_GT(e["reset"].get<int64_t>(), 0);
+    EXPECT_LT(e["reset"].get<int64_t>(), e["tracked"].get<int64_t>());
+    EXPECT_EQ(e["layers"].size(), 4u * static_cast<size_t>(testing::small_model().n_layers));
+  }
+  Trainer(osci("split", 7), quiet()).run();
+  Trainer rest(osci("split", 12), quiet());
+  ASSERT_TRUE(rest.resumed());
+  rest.run();
+  EXPECT_EQ(records(tmp_ / "split", "osci_reset").size(), 2u);
+  EXPECT_EQ(sha256_file(tmp_ / "full/checkpoints/step_000012/model.safetensors"),
+            sha256_file(tmp_ / "split/checkpoints/step_000012/model.safetensors"));
+}
+
 TEST_F(TrainerTest, ResumeRefusesADifferentTraining) {
   Trainer(config("run", 3), quiet()).run();
   auto changed = config("run", 6);

@@ -1,0 +1,98 @@
+// OsciReset (TetraJet-v2, RECIPES.md section 6): finds weight elements that oscillate across a
+// quantization bin edge and resets them to their grid point.
+//
+// Per element of each tracked weight, over a window of `window` optimizer steps: dist_M = sum |w_t - w_{t-1}|
+// (FP32 master) and dist_Q = sum |Q(w_t) - Q(w_{t-1})| (Q: the layer's forward weight quantizer, scales
+// recomputed every step); risk R = dist_Q / dist_M (0 where dist_M = 0). From step `start` on, every
+// `period` steps: snapshot, accumulate for `window` steps, then set every element with R >= threshold to
+// Q(w). Optimizer moments are left alone. This is the reference form: it reads and writes the weights
+// through WeightAccess (host copies), so it serves the CPU and CUDA engines alike, and keeps four FP32
+// values per tracked element.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/engine.h"
+#include "numerics/quant_spec.h"
+#include "recipe/recipe.h"
+
+namespace fp4 {
+
+// Read/write access to FP32 master weights by parameter name (the training engine, or a test's fake).
+class WeightAccess {
+ public:
+  virtual ~WeightAccess() = default;
+  virtual void read(const std::string& name, std::span<float> out) = 0;
+  virtual void write(const std::string& name, std::span<const float> in) = 0;
+};
+
+// A tracked weight [rows = out features][cols = in features] and the quantizer of its forward (Q2).
+struct OsciTarget {
+  std::string name;
+  int64_t rows = 0, cols = 0;
+  QuantSpec q2;
+};
+
+// What the end of one window did, per weight: elements tracked and reset, mean risk R.
+struct OsciLayerReport {
+  std::string name;
+  int64_t tracked = 0;
+  int64_t reset = 0;
+  double mean_risk = 0;
+};
+struct OsciResetReport {
+  int64_t step = 0;
+  std::vector<OsciLayerReport> layers;
+};
+
+// The weights OsciReset tracks under `recipe`: the four linears of every block whose Q2 is NVFP4. Throws
+// fp4::Error naming the layer when its Q2 cannot define a grid point (SR or an RHT).
+std::vector<OsciTarget> osci_targets(const std::vector<ParameterInfo>& params, const Recipe& recipe,
+                                     int n_layers);
+
+// The first step of the schedule: `start` < 1 is a fraction of total_steps, otherwise a step number.
+int64_t osci_start_step(const OsciResetConfig& cfg, int64_t total_steps);
+
+class OsciReset {
+ public:
+  OsciReset(const OsciResetConfig& cfg, int64_t total_steps, std::vector<OsciTarget> targets);
+
+  // Call after every optimizer step; `step` counts the steps completed. Returns a report when the step
+  // closed a window (and reset what crossed the threshold).
+  std::optional<OsciResetReport> after_step(int64_t step, WeightAccess& weights);
+
+  int64_t start_step() const { return start_; }
+  bool tracking() const { return active_; }
+  const std::vector<OsciTarget>& targets() const { return targets_; }
+
+  // Checkpoint state: "osci_reset.window" (I64: step of the window's snapshot, -1 when not tracking) and
+  // per weight "osci_reset.<name>.{prev_w,prev_q,dist_m,dist_q}" (F32) while tracking.
+  std::vector<StateTensor> save_state() const;
+  // Restores save_state()'s tensors (names not starting with "osci_reset." are ignored); a state without
+  // them leaves the tracker idle until its next snapshot.
+  void load_state(const std::vector<StateTensor>& state);
+
+  static constexpr const char* kStatePrefix = "osci_reset.";
+
+ private:
+  struct Track {
+    std::vector<float> prev_w, prev_q, dist_m, dist_q;
+  };
+  std::vector<float> quantized(const OsciTarget& t, std::span<const float> w) const;
+  void snapshot(int64_t step, WeightAccess& weights);
+  void accumulate(WeightAccess& weights);
+  OsciResetReport reset(int64_t step, WeightAccess& weights);
+
+  OsciResetConfig cfg_;
+  int64_t start_ = 0;
+  std::vector<OsciTarget> targets_;
+  std::vector<Track> tracks_;
+  bool active_ = false;
+  int64_t window_start_ = -1;
+};
+
+}  // namespace fp4
