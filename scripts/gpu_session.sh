@@ -9,7 +9,8 @@
 #   bench        train_bench (recipes vs bf16) and bench/torch_train_bench.py (fp4train vs PyTorch)
 #   data         unpack .carry/corpus.tar.xz and prepare GPT-2 shards (data/shards-gpt2)
 #   quick        200 steps of olmo2-30m per recipe (speed and sanity)
-#   exp30m       olmo2-30m, every recipe, $EXP_STEPS steps (default 3052: 100M tokens), then the report
+#   exp30m       olmo2-30m, $EXP_RECIPES (default all three), $EXP_STEPS steps (default 3052: 100M tokens),
+#                then the report
 #   normbench    norm_kernels_bench (RMSNorm, QK-norm+RoPE, SwiGLU against a D2D copy)
 #   testsbg      start test_cuda in the background (it is CPU-heavy: it overlaps the GPU phases after it)
 #   testswait    wait for it and report
@@ -133,13 +134,18 @@ phase_quick() {
 phase_exp30m() {
   mkdir -p runs
   local steps=${EXP_STEPS:-3052}
-  for r in bf16 nvidia-nvfp4 tetrajet-v2-base; do
+  # EXP_RECIPES splits the experiment over several calls (each call's runs come back in runs-30m.tar.gz;
+  # the report is drawn where all three metrics files are).
+  for r in ${EXP_RECIPES:-bf16 nvidia-nvfp4 tetrajet-v2-base}; do
     rm -rf runs/30m-$r
     train_recipe runs/30m-$r $r "$steps" --set train.eval_every=$((steps / 8)) --set train.log_every=25
   done
-  $B/fp4train report runs/30m-bf16 runs/30m-nvidia-nvfp4 runs/30m-tetrajet-v2-base --svg "$out/olmo2-30m.svg" \
-    --title "olmo2-30m, $steps steps x 32k tokens" >"$out/olmo2-30m.md" 2>>"$out/report.log"
-  cat "$out/olmo2-30m.md"
+  if [ -f runs/30m-bf16/metrics.jsonl ] && [ -f runs/30m-nvidia-nvfp4/metrics.jsonl ] &&
+    [ -f runs/30m-tetrajet-v2-base/metrics.jsonl ]; then
+    $B/fp4train report runs/30m-bf16 runs/30m-nvidia-nvfp4 runs/30m-tetrajet-v2-base --svg "$out/olmo2-30m.svg" \
+      --title "olmo2-30m, $steps steps x 32k tokens" >"$out/olmo2-30m.md" 2>>"$out/report.log"
+    cat "$out/olmo2-30m.md"
+  fi
   tar czf "$out/runs-30m.tar.gz" runs/30m-*/metrics.jsonl runs/30m-*/config.json runs/30m-*/recipe.toml runs/30m-*.log
 }
 
