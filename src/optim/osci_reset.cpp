@@ -1,9 +1,11 @@
 #include "optim/osci_reset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
+#include "numerics/formats.h"
 #include "numerics/quantize.h"
 
 namespace fp4 {
@@ -59,64 +61,113 @@ OsciReset::OsciReset(const OsciResetConfig& cfg, int64_t total_steps, std::vecto
             " (need 1 <= window <= period and threshold > 0)");
 }
 
-std::vector<float> OsciReset::quantized(const OsciTarget& t, std::span<const float> w) const {
+std::vector<float> OsciReset::quantized(const OsciTarget& t, std::span<const float> w,
+                                        std::vector<float>* edge_score) const {
   const Nvfp4Tensor q = quantize_nvfp4(w.data(), t.rows, t.cols, t.q2, QuantRandomness{});
   std::vector<float> out(w.size());
   dequantize(q, out.data());
+  if (edge_score == nullptr) return out;
+  static constexpr float kBinWidth[8] = {0.5f, 0.5f, 0.5f, 0.5f, 0.75f, 1.0f, 1.5f, 2.0f};
+  edge_score->resize(w.size());
+  for (int64_t r = 0; r < t.rows; ++r)
+    for (int64_t c = 0; c < t.cols; ++c) {
+      const auto e = static_cast<size_t>(r * t.cols + c);
+      const uint8_t index = q.code(r, c) & 0x7u;
+      // The element's scale: q * s is its value, so s = value / magnitude, or the block's s_b * outer.
+      const float s = e4m3_decode(q.scale(r, c)) * q.outer_scale(r, c);
+      const float a = s > 0.0f ? std::fabs(w[e]) / s : 0.0f;
+      (*edge_score)[e] = std::isfinite(a) ? std::fabs(a - e2m1_magnitude(index)) / kBinWidth[index] : 0.0f;
+    }
   return out;
 }
 
+// The ceil(track_fraction * n) elements with the highest scores (ties: the lower index), ascending.
+std::vector<int64_t> OsciReset::closest_to_edges(const std::vector<float>& score) const {
+  const auto n = static_cast<int64_t>(score.size());
+  const auto k = std::min<int64_t>(n, static_cast<int64_t>(std::ceil(cfg_.track_fraction * static_cast<double>(n))));
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  const auto higher = [&](int64_t a, int64_t b) {
+    const float sa = score[static_cast<size_t>(a)], sb = score[static_cast<size_t>(b)];
+    return sa != sb ? sa > sb : a < b;
+  };
+  std::nth_element(order.begin(), order.begin() + k, order.end(), higher);
+  order.resize(static_cast<size_t>(k));
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+namespace {
+
+// The tracked elements of a full tensor (all of them when index is empty).
+std::vector<float> gather(const std::vector<float>& full, const std::vector<int64_t>& index) {
+  if (index.empty()) return full;
+  std::vector<float> out(index.size());
+  for (size_t j = 0; j < index.size(); ++j) out[j] = full[static_cast<size_t>(index[j])];
+  return out;
+}
+
+}  // namespace
+
 void OsciReset::snapshot(int64_t step, WeightAccess& weights) {
+  const bool fraction = cfg_.track_fraction < 1.0;
+  std::vector<float> w, score;
   for (size_t i = 0; i < targets_.size(); ++i) {
     const OsciTarget& t = targets_[i];
     Track& k = tracks_[i];
-    const auto n = static_cast<size_t>(t.rows * t.cols);
-    k.prev_w.resize(n);
-    weights.read(t.name, k.prev_w);
-    k.prev_q = quantized(t, k.prev_w);
-    k.dist_m.assign(n, 0.0f);
-    k.dist_q.assign(n, 0.0f);
+    w.resize(static_cast<size_t>(t.rows * t.cols));
+    weights.read(t.name, w);
+    const std::vector<float> q = quantized(t, w, fraction ? &score : nullptr);
+    k.index = fraction ? closest_to_edges(score) : std::vector<int64_t>{};
+    k.prev_w = gather(w, k.index);
+    k.prev_q = gather(q, k.index);
+    k.dist_m.assign(k.prev_w.size(), 0.0f);
+    k.dist_q.assign(k.prev_w.size(), 0.0f);
   }
   active_ = true;
   window_start_ = step;
 }
 
 void OsciReset::accumulate(WeightAccess& weights) {
-  std::vector<float> w;
+  std::vector<float> full;
   for (size_t i = 0; i < targets_.size(); ++i) {
     const OsciTarget& t = targets_[i];
     Track& k = tracks_[i];
-    w.resize(k.prev_w.size());
-    weights.read(t.name, w);
-    const std::vector<float> q = quantized(t, w);
+    full.resize(static_cast<size_t>(t.rows * t.cols));
+    weights.read(t.name, full);
+    std::vector<float> w = gather(full, k.index);
+    std::vector<float> q = gather(quantized(t, full), k.index);
     for (size_t e = 0; e < w.size(); ++e) {
       k.dist_m[e] += std::fabs(w[e] - k.prev_w[e]);
       k.dist_q[e] += std::fabs(q[e] - k.prev_q[e]);
     }
     k.prev_w.swap(w);
-    k.prev_q = q;
+    k.prev_q.swap(q);
   }
 }
 
 OsciResetReport OsciReset::reset(int64_t step, WeightAccess& weights) {
   OsciResetReport report;
   report.step = step;
+  std::vector<float> w;
   for (size_t i = 0; i < targets_.size(); ++i) {
     const OsciTarget& t = targets_[i];
     Track& k = tracks_[i];
-    // prev_w / prev_q hold this step's weights and grid points (accumulate ran first).
-    std::vector<float> w = k.prev_w;
-    OsciLayerReport layer{t.name, static_cast<int64_t>(w.size()), 0, 0.0};
+    // prev_q holds this step's grid points (accumulate ran first); the other elements are read back as
+    // they are.
+    w.resize(static_cast<size_t>(t.rows * t.cols));
+    weights.read(t.name, w);
+    OsciLayerReport layer{t.name, static_cast<int64_t>(k.prev_w.size()), 0, 0.0};
     double risk_sum = 0;
-    for (size_t e = 0; e < w.size(); ++e) {
-      const float risk = k.dist_m[e] > 0.0f ? k.dist_q[e] / k.dist_m[e] : 0.0f;
+    for (size_t j = 0; j < k.prev_w.size(); ++j) {
+      const float risk = k.dist_m[j] > 0.0f ? k.dist_q[j] / k.dist_m[j] : 0.0f;
       risk_sum += risk;
       if (risk >= cfg_.threshold) {
-        w[e] = k.prev_q[e];
+        w[k.index.empty() ? j : static_cast<size_t>(k.index[j])] = k.prev_q[j];
         ++layer.reset;
       }
     }
-    layer.mean_risk = w.empty() ? 0.0 : risk_sum / static_cast<double>(w.size());
+    layer.mean_risk = k.prev_w.empty() ? 0.0 : risk_sum / static_cast<double>(k.prev_w.size());
     if (layer.reset > 0) weights.write(t.name, w);
     report.layers.push_back(layer);
     k = Track{};  // the window's memory is released until the next snapshot
@@ -147,8 +198,15 @@ std::vector<StateTensor> OsciReset::save_state() const {
     const OsciTarget& t = targets_[i];
     const Track& k = tracks_[i];
     const std::vector<float>* fields[4] = {&k.prev_w, &k.prev_q, &k.dist_m, &k.dist_q};
+    const auto n = static_cast<int64_t>(k.prev_w.size());
     for (int f = 0; f < 4; ++f)
-      out.push_back(f32_tensor(std::string(kStatePrefix) + t.name + "." + kFields[f], *fields[f], t.rows, t.cols));
+      out.push_back(f32_tensor(std::string(kStatePrefix) + t.name + "." + kFields[f], *fields[f], n, 1));
+    if (!k.index.empty()) {
+      StateTensor idx{std::string(kStatePrefix) + t.name + ".index", "I64", {n},
+                      std::vector<uint8_t>(k.index.size() * sizeof(int64_t))};
+      std::memcpy(idx.bytes.data(), k.index.data(), idx.bytes.size());
+      out.push_back(std::move(idx));
+    }
   }
   return out;
 }
@@ -166,19 +224,37 @@ void OsciReset::load_state(const std::vector<StateTensor>& state) {
   int64_t ws = -1;
   std::memcpy(&ws, window->bytes.data(), sizeof ws);
   if (ws < 0) return;
+  const auto find = [&](const std::string& name) -> const StateTensor* {
+    for (const auto& x : state)
+      if (x.name == name) return &x;
+    return nullptr;
+  };
+  const bool fraction = cfg_.track_fraction < 1.0;
   for (size_t i = 0; i < targets_.size(); ++i) {
     const OsciTarget& t = targets_[i];
     Track& k = tracks_[i];
+    auto n = t.rows * t.cols;
+    const std::string prefix = std::string(kStatePrefix) + t.name + ".";
+    if (const StateTensor* idx = find(prefix + "index")) {
+      FP4_CHECK(fraction, "osci_reset state: ", prefix, "index is present but track_fraction is 1");
+      FP4_CHECK(idx->dtype == "I64" && idx->bytes.size() % sizeof(int64_t) == 0, "osci_reset state: ", prefix,
+                "index should be I64");
+      k.index.resize(idx->bytes.size() / sizeof(int64_t));
+      std::memcpy(k.index.data(), idx->bytes.data(), idx->bytes.size());
+      for (int64_t e : k.index)
+        FP4_CHECK(e >= 0 && e < n, "osci_reset state: ", prefix, "index holds ", e, ", outside [0, ", n, ")");
+      n = static_cast<int64_t>(k.index.size());
+    } else {
+      FP4_CHECK(!fraction, "osci_reset state: ", prefix, "index is missing (track_fraction < 1)");
+    }
     std::vector<float>* fields[4] = {&k.prev_w, &k.prev_q, &k.dist_m, &k.dist_q};
     for (int f = 0; f < 4; ++f) {
-      const std::string name = std::string(kStatePrefix) + t.name + "." + kFields[f];
-      const StateTensor* s = nullptr;
-      for (const auto& x : state)
-        if (x.name == name) s = &x;
+      const std::string name = prefix + kFields[f];
+      const StateTensor* s = find(name);
       FP4_CHECK(s != nullptr, "osci_reset state: ", name, " is missing (the checkpoint was saved mid-window)");
-      FP4_CHECK(s->dtype == "F32" && s->bytes.size() == static_cast<size_t>(t.rows * t.cols) * sizeof(float),
-                "osci_reset state: ", name, " should be F32 [", t.rows, " x ", t.cols, "]");
-      fields[f]->resize(static_cast<size_t>(t.rows * t.cols));
+      FP4_CHECK(s->dtype == "F32" && s->bytes.size() == static_cast<size_t>(n) * sizeof(float), "osci_reset state: ",
+                name, " should be ", n, " F32 values");
+      fields[f]->resize(static_cast<size_t>(n));
       std::memcpy(fields[f]->data(), s->bytes.data(), s->bytes.size());
     }
   }

@@ -7,7 +7,10 @@
 // `period` steps: snapshot, accumulate for `window` steps, then set every element with R >= threshold to
 // Q(w). Optimizer moments are left alone. This is the reference form: it reads and writes the weights
 // through WeightAccess (host copies), so it serves the CPU and CUDA engines alike, and keeps four FP32
-// values per tracked element.
+// values per tracked element. With track_fraction < 1 (the paper's memory-efficient variant) a window
+// tracks only that fraction of each weight: the elements with the highest edge score
+// |w/s - q| / binwidth(q) at its snapshot (s the element's scale, q its grid magnitude; bin widths 0.5,
+// 0.5, 0.5, 0.5, 0.75, 1, 1.5, 2 for q = 0, 0.5, ..., 6), kept with their indices.
 #pragma once
 
 #include <cstdint>
@@ -70,7 +73,8 @@ class OsciReset {
   const std::vector<OsciTarget>& targets() const { return targets_; }
 
   // Checkpoint state: "osci_reset.window" (I64: step of the window's snapshot, -1 when not tracking) and
-  // per weight "osci_reset.<name>.{prev_w,prev_q,dist_m,dist_q}" (F32) while tracking.
+  // per weight "osci_reset.<name>.{prev_w,prev_q,dist_m,dist_q}" (F32) while tracking, plus
+  // "osci_reset.<name>.index" (I64) when tracking a fraction.
   std::vector<StateTensor> save_state() const;
   // Restores save_state()'s tensors (names not starting with "osci_reset." are ignored); a state without
   // them leaves the tracker idle until its next snapshot.
@@ -80,9 +84,13 @@ class OsciReset {
 
  private:
   struct Track {
+    std::vector<int64_t> index;  // tracked elements (ascending); empty: every element
     std::vector<float> prev_w, prev_q, dist_m, dist_q;
   };
-  std::vector<float> quantized(const OsciTarget& t, std::span<const float> w) const;
+  // Q(w) dequantized, and (when edge_score is given) each element's bin-edge score.
+  std::vector<float> quantized(const OsciTarget& t, std::span<const float> w,
+                               std::vector<float>* edge_score = nullptr) const;
+  std::vector<int64_t> closest_to_edges(const std::vector<float>& score) const;
   void snapshot(int64_t step, WeightAccess& weights);
   void accumulate(WeightAccess& weights);
   OsciResetReport reset(int64_t step, WeightAccess& weights);

@@ -38,6 +38,9 @@ struct OsciResetConfig {
   double threshold = 8.0;  // reset where dist_Q / dist_M >= threshold
   int period = 200;        // steps from one window's start to the next
   double start = 0.65;     // first window: a fraction of the run (< 1) or a step number (>= 1)
+  // < 1: the memory-efficient variant, tracking only this fraction of each weight's elements, those
+  // closest to a bin edge at the window's snapshot; 1 tracks every element.
+  double track_fraction = 1.0;
 };
 
 struct Recipe {

@@ -98,8 +98,13 @@ void set_osci_field(OsciResetConfig& c, const std::string& field, const std::str
     FP4_CHECK(!value.empty() && *end == '\0' && std::isfinite(v) && v > 0, where,
               ": expected a positive number, got '", value, "'");
     (field == "threshold" ? c.threshold : c.start) = v;
+  } else if (field == "track_fraction") {
+    const double v = std::strtod(value.c_str(), &end);
+    FP4_CHECK(!value.empty() && *end == '\0' && v > 0 && v <= 1, where, ": expected a fraction in (0, 1], got '",
+              value, "'");
+    c.track_fraction = v;
   } else {
-    FP4_THROW(where, ": unknown key (expected enabled, window, threshold, period, start)");
+    FP4_THROW(where, ": unknown key (expected enabled, window, threshold, period, start, track_fraction)");
   }
 }
 
@@ -311,7 +316,8 @@ std::string to_toml(const Recipe& r) {
   if (r.osci_reset.enabled) {  // only when on, so recipes without it keep their text (checkpoints compare it)
     const OsciResetConfig& o = r.osci_reset;
     os << "\n[osci_reset]\nenabled = true\nwindow = " << o.window << "\nthreshold = " << float_text(o.threshold)
-       << "\nperiod = " << o.period << "\nstart = " << float_text(o.start) << "\n";
+       << "\nperiod = " << o.period << "\nstart = " << float_text(o.start)
+       << "\ntrack_fraction = " << float_text(o.track_fraction) << "\n";
   }
   return os.str();
 }

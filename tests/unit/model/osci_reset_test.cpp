@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -67,7 +68,7 @@ struct Scene {
   void move(int64_t step) {  // the weights after optimizer step `step`
     at(0) = step % 2 ? 1.27f : 1.23f;
     at(1) = 2.1f + 0.05f * static_cast<float>(step % 20);
-    at(2) = 0.75f;
+    at(2) = 0.9f;
     at(3) = step % 2 ? 1.65f : 1.55f;
   }
   std::vector<OsciTarget> targets() const { return {OsciTarget{"blocks.0.attn.wqkv", kRows, kCols, block128_rtn()}}; }
@@ -119,6 +120,45 @@ TEST(OsciReset, ResetsOnlyElementsThatOscillateAcrossABinEdge) {
     if (e != 1) EXPECT_EQ(after[e], before[e]) << e;
 }
 
+TEST(OsciReset, TheMemoryEfficientVariantTracksTheElementsClosestToBinEdges) {
+  // Edge scores at the snapshot (step 5): row 1 (2.35 in the bin of 2: 0.35 / 0.75 = 0.47) and row 0
+  // (1.27 in the bin of 1.5: 0.23 / 0.5 = 0.46) lead every other element (at most 0.4): tracking 2 of the
+  // 512 elements finds the same reset as tracking all of them.
+  Scene a, b;
+  b.fake.w = a.fake.w;
+  OsciResetConfig efficient = schedule(10, 20, 5);
+  efficient.track_fraction = 2.0 / 512.0;
+  OsciReset all(schedule(10, 20, 5), 100, a.targets()), some(efficient, 100, b.targets());
+  for (int64_t step = 1; step <= 15; ++step) {
+    a.move(step);
+    b.move(step);
+    const auto ra = all.after_step(step, a.fake);
+    const auto rb = some.after_step(step, b.fake);
+    ASSERT_EQ(ra.has_value(), rb.has_value()) << step;
+    if (!rb) continue;
+    EXPECT_EQ(rb->layers[0].tracked, 2);
+    EXPECT_EQ(rb->layers[0].reset, 1);
+    EXPECT_EQ(ra->layers[0].reset, 1);
+  }
+  EXPECT_EQ(a.fake.w, b.fake.w);
+  // While a window is open only the tracked elements are kept: 2 values per field, and their indices.
+  Scene c;
+  OsciReset open(efficient, 100, c.targets());
+  for (int64_t step = 1; step <= 6; ++step) {
+    c.move(step);
+    open.after_step(step, c.fake);
+  }
+  for (const StateTensor& t : open.save_state()) {
+    if (t.name == "osci_reset.window") continue;
+    EXPECT_EQ(t.shape[0], 2) << t.name;
+    if (t.name.ends_with(".index")) {
+      std::vector<int64_t> idx(2);
+      std::memcpy(idx.data(), t.bytes.data(), 16);
+      EXPECT_EQ(idx, (std::vector<int64_t>{1, Scene::kCols + 1}));
+    }
+  }
+}
+
 TEST(OsciReset, FollowsTheScheduleAndAFractionalStart) {
   Scene s;
   OsciReset osci(schedule(3, 5, 0.5), 20, s.targets());  // start = 0.5 x 20 = step 10
@@ -147,13 +187,16 @@ TEST(OsciReset, AWindowAsLongAsThePeriodRestartsRightAfterItsReset) {
 }
 
 TEST(OsciReset, RestoredStateContinuesExactlyAsTheUninterruptedRun) {
-  for (int64_t stop : {7, 9, 12}) {  // mid-window, just before its end, between windows
-    SCOPED_TRACE("stop after step " + std::to_string(stop));
+  for (const double fraction : {1.0, 0.25})
+  for (int64_t stop : {7, 9, 12}) {  // mid-window, at a window's end, between windows
+    SCOPED_TRACE("track_fraction " + std::to_string(fraction) + ", stop after step " + std::to_string(stop));
     Scene a;
     Scene b;
     b.fake.w = a.fake.w;
-    OsciReset full(schedule(6, 8, 3), 100, a.targets());
-    OsciReset first(schedule(6, 8, 3), 100, b.targets());
+    OsciResetConfig cfg = schedule(6, 8, 3);
+    cfg.track_fraction = fraction;
+    OsciReset full(cfg, 100, a.targets());
+    OsciReset first(cfg, 100, b.targets());
     std::vector<OsciResetReport> ra, rb;
     for (int64_t step = 1; step <= 30; ++step) {
       a.move(step);
@@ -163,7 +206,7 @@ TEST(OsciReset, RestoredStateContinuesExactlyAsTheUninterruptedRun) {
       b.move(step);
       if (auto r = first.after_step(step, b.fake)) rb.push_back(*r);
     }
-    OsciReset second(schedule(6, 8, 3), 100, b.targets());
+    OsciReset second(cfg, 100, b.targets());
     second.load_state(first.save_state());
     EXPECT_EQ(second.tracking(), first.tracking());
     for (int64_t step = stop + 1; step <= 30; ++step) {
@@ -246,6 +289,8 @@ TEST(OsciResetRecipe, ParsesOverridesValidatesAndRoundTrips) {
   EXPECT_THAT(error_of({"osci_reset.windw=3"}), HasSubstr("unknown key"));
   EXPECT_THAT(error_of({"osci_reset.enabled=true", "linear.q2.rounding=sr"}), HasSubstr("RTN and no RHT"));
   EXPECT_THAT(error_of({"osci_reset.enabled=yes"}), HasSubstr("true or false"));
+  EXPECT_THAT(error_of({"osci_reset.track_fraction=1.5"}), HasSubstr("fraction in (0, 1]"));
+  EXPECT_DOUBLE_EQ(load_recipe("tetrajet-v2-base", {"osci_reset.track_fraction=0.1"}).osci_reset.track_fraction, 0.1);
   const std::string bf16 = [] {
     try {
       load_recipe("bf16", {"osci_reset.enabled=true"});
