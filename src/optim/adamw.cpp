@@ -8,6 +8,15 @@
 
 namespace fp4 {
 
+void check_adamw_hyper(const StepHyper& h) {
+  FP4_CHECK(std::isfinite(h.lr) && h.lr >= 0.0f, "AdamW: learning rate must be finite and >= 0, got ", h.lr);
+  FP4_CHECK(h.beta1 >= 0.0f && h.beta1 < 1.0f, "AdamW: beta1 must be in [0, 1), got ", h.beta1);
+  FP4_CHECK(h.beta2 >= 0.0f && h.beta2 < 1.0f, "AdamW: beta2 must be in [0, 1), got ", h.beta2);
+  FP4_CHECK(h.eps > 0.0f, "AdamW: eps must be positive, got ", h.eps);
+  FP4_CHECK(std::isfinite(h.weight_decay) && h.weight_decay >= 0.0f, "AdamW: weight_decay must be >= 0, got ",
+            h.weight_decay);
+}
+
 AdamW::AdamW(const ParameterSet& params) : AdamW(params, IndexRange{0, params.numel()}) {}
 
 AdamW::AdamW(const ParameterSet& params, IndexRange shard)
@@ -24,12 +33,7 @@ void AdamW::set_step_count(int64_t step) {
 void AdamW::step(ParameterSet& params, const StepHyper& h) {
   FP4_CHECK(shard_.end <= params.numel(), "AdamW: state for elements up to ", shard_.end,
             ", parameters hold ", params.numel());
-  FP4_CHECK(std::isfinite(h.lr) && h.lr >= 0.0f, "AdamW: learning rate must be finite and >= 0, got ", h.lr);
-  FP4_CHECK(h.beta1 >= 0.0f && h.beta1 < 1.0f, "AdamW: beta1 must be in [0, 1), got ", h.beta1);
-  FP4_CHECK(h.beta2 >= 0.0f && h.beta2 < 1.0f, "AdamW: beta2 must be in [0, 1), got ", h.beta2);
-  FP4_CHECK(h.eps > 0.0f, "AdamW: eps must be positive, got ", h.eps);
-  FP4_CHECK(std::isfinite(h.weight_decay) && h.weight_decay >= 0.0f, "AdamW: weight_decay must be >= 0, got ",
-            h.weight_decay);
+  check_adamw_hyper(h);
   ++step_;
   cpu::AdamWArgs args{};
   args.lr = h.lr;

@@ -13,6 +13,10 @@
 
 namespace fp4 {
 
+// Throws fp4::Error unless the hyper-parameters are usable: finite lr >= 0, betas in [0, 1), eps > 0,
+// finite weight_decay >= 0. Every AdamW (CPU or device) checks them the same way.
+void check_adamw_hyper(const StepHyper& h);
+
 class AdamW {
  public:
   explicit AdamW(const ParameterSet& params);  // every element

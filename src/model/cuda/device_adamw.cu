@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "model/cuda/device_adamw.h"
+#include "optim/adamw.h"
 
 namespace fp4::cuda {
 
@@ -88,12 +89,7 @@ void DeviceAdamW::set_step_count(int64_t step) {
 }
 
 void DeviceAdamW::queue_step(DeviceParams& params, const StepHyper& h, const double* loss_sums) {
-  FP4_CHECK(std::isfinite(h.lr) && h.lr >= 0.0f, "AdamW: learning rate must be finite and >= 0, got ", h.lr);
-  FP4_CHECK(h.beta1 >= 0.0f && h.beta1 < 1.0f, "AdamW: beta1 must be in [0, 1), got ", h.beta1);
-  FP4_CHECK(h.beta2 >= 0.0f && h.beta2 < 1.0f, "AdamW: beta2 must be in [0, 1), got ", h.beta2);
-  FP4_CHECK(h.eps > 0.0f, "AdamW: eps must be positive, got ", h.eps);
-  FP4_CHECK(std::isfinite(h.weight_decay) && h.weight_decay >= 0.0f, "AdamW: weight_decay must be >= 0, got ",
-            h.weight_decay);
+  check_adamw_hyper(h);
   const int64_t b = shard_.begin;
   if (comm_) {
     // This rank's sums of squares, then the job's norm and non-finite flag, then the clipping factor.
