@@ -19,9 +19,6 @@ namespace fp4 {
 
 namespace {
 
-constexpr const char* kMomentPrefix1 = "adamw.m.";
-constexpr const char* kMomentPrefix2 = "adamw.v.";
-constexpr const char* kStepName = "adamw.step";
 
 
 class CpuEngine final : public TrainingEngine {
@@ -172,13 +169,10 @@ class CpuEngine final : public TrainingEngine {
     for (int i = 0; i < ps.size(); ++i) {
       const auto& p = ps.at(i);
       const auto off = static_cast<size_t>(p.offset), n = static_cast<size_t>(p.info.numel());
-      out.push_back(f32_state_tensor(kMomentPrefix1 + p.info.name, p.info.shape, std::span(m).subspan(off, n)));
-      out.push_back(f32_state_tensor(kMomentPrefix2 + p.info.name, p.info.shape, std::span(v).subspan(off, n)));
+      out.push_back(f32_state_tensor(kAdamMomentPrefix[0] + p.info.name, p.info.shape, std::span(m).subspan(off, n)));
+      out.push_back(f32_state_tensor(kAdamMomentPrefix[1] + p.info.name, p.info.shape, std::span(v).subspan(off, n)));
     }
-    StateTensor step{kStepName, "I64", {1}, std::vector<uint8_t>(sizeof(int64_t))};
-    const int64_t s = adam_.step_count();
-    std::memcpy(step.bytes.data(), &s, sizeof(s));
-    out.push_back(std::move(step));
+    out.push_back(adam_step_tensor(adam_.step_count()));
     return out;
   }
 
@@ -186,23 +180,13 @@ class CpuEngine final : public TrainingEngine {
   // keeps the moments of its shard only, whatever world size wrote the state.
   void load_state(const std::vector<StateTensor>& state) override {
     const StateIndex index(state);
-    auto find = [&](const std::string& name, const char* dtype,
-                    const std::vector<int64_t>& shape) -> const StateTensor& {
-      return index.require(name, dtype, shape);
-    };
     auto& ps = model_.params();
     // Check everything before changing anything, so a bad state leaves the engine as it was.
-    std::vector<const StateTensor*> values, m, v;
-    for (int i = 0; i < ps.size(); ++i) {
-      const auto& info = ps.at(i).info;
-      values.push_back(&find(info.name, "F32", info.shape));
-      m.push_back(&find(kMomentPrefix1 + info.name, "F32", info.shape));
-      v.push_back(&find(kMomentPrefix2 + info.name, "F32", info.shape));
-    }
-    const StateTensor& step = find(kStepName, "I64", {1});
-    int64_t s = 0;
-    std::memcpy(&s, step.bytes.data(), sizeof(s));
-    FP4_CHECK(s >= 0, "load_state: tensor '", kStepName, "' holds a negative step ", s);
+    const AdamState st = find_adam_state(index, parameters());
+    const auto& values = st.values;
+    const auto& m = st.m;
+    const auto& v = st.v;
+    const int64_t s = st.step;
     const IndexRange shard = adam_.shard();
     for (int i = 0; i < ps.size(); ++i) {
       const auto& p = ps.at(i);

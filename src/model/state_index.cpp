@@ -1,5 +1,7 @@
 #include "model/state_index.h"
 
+#include <cstring>
+
 #include "core/error.h"
 #include "tensor/tensor.h"
 
@@ -22,6 +24,25 @@ const StateTensor& StateIndex::require(const std::string& name, const char* dtyp
   const size_t elem = std::string(dtype) == "I64" ? 8 : 4;
   FP4_CHECK(t.bytes.size() == static_cast<size_t>(n) * elem, "load_state: tensor '", name, "' holds ",
             t.bytes.size(), " bytes, expected ", static_cast<size_t>(n) * elem);
+  return t;
+}
+
+AdamState find_adam_state(const StateIndex& index, const std::vector<ParameterInfo>& params) {
+  AdamState out;
+  for (const auto& info : params) {
+    out.values.push_back(&index.require(info.name, "F32", info.shape));
+    out.m.push_back(&index.require(kAdamMomentPrefix[0] + info.name, "F32", info.shape));
+    out.v.push_back(&index.require(kAdamMomentPrefix[1] + info.name, "F32", info.shape));
+  }
+  const StateTensor& step = index.require(kAdamStepName, "I64", {1});
+  std::memcpy(&out.step, step.bytes.data(), sizeof(out.step));
+  FP4_CHECK(out.step >= 0, "load_state: tensor '", kAdamStepName, "' holds a negative step ", out.step);
+  return out;
+}
+
+StateTensor adam_step_tensor(int64_t step) {
+  StateTensor t{kAdamStepName, "I64", {1}, std::vector<uint8_t>(sizeof(int64_t))};
+  std::memcpy(t.bytes.data(), &step, sizeof(step));
   return t;
 }
 
