@@ -178,13 +178,15 @@ const std::vector<Field>& schema() {
     f.push_back(field("train.out_dir", &R::train, &TrainConfig::out_dir));
     f.push_back(field("train.device", &R::train, &TrainConfig::device));
 
+    f.push_back(field("dist.overlap", &R::dist, &DistConfig::overlap));
+
     f.push_back(field("recipe.name", &R::recipe, &RecipeConfig::name));
     return f;
   }();
   return kFields;
 }
 
-const std::vector<std::string> kSections = {"model", "data", "optim", "train", "recipe"};
+const std::vector<std::string> kSections = {"model", "data", "optim", "train", "dist", "recipe"};
 constexpr std::string_view kOverridesPrefix = "recipe.overrides.";
 
 const Field* find_field(const std::string& key) {
@@ -533,7 +535,7 @@ nlohmann::json training_identity(const RunConfig& cfg) {
       "train.steps",       "train.log_every",        "train.eval_every", "train.eval_batches",
       "train.ckpt_every",  "train.keep_checkpoints", "train.out_dir",    "train.device",
       "data.train_dir",    "data.val_dir",           "data.train_text",  "data.val_text",
-      "optim.total_steps", "optim.total_tokens"};
+      "optim.total_steps", "optim.total_tokens", "dist.overlap"};
   nlohmann::json id = nlohmann::json::object();
   for (const auto& f : schema())
     if (std::find(kExcluded.begin(), kExcluded.end(), f.key) == kExcluded.end()) id[f.key] = f.get(cfg);

@@ -55,6 +55,12 @@ struct TrainConfig {
   std::string device = "cpu";  // cpu | cuda
 };
 
+struct DistConfig {
+  // CUDA engine with NCCL: reduce each gradient bucket while the backward goes on (docs/DIST.md);
+  // false reduces after the backward. The same bits either way; the CPU engine always reduces after.
+  bool overlap = true;
+};
+
 struct RecipeConfig {
   std::string name = "bf16";                                   // preset name or recipe TOML path
   std::vector<std::pair<std::string, std::string>> overrides;  // key -> value in TOML syntax, in order
@@ -66,6 +72,7 @@ struct RunConfig {
   DataConfig data;
   OptimConfig optim;
   TrainConfig train;
+  DistConfig dist;
   RecipeConfig recipe;
 
   int64_t tokens_per_step() const { return static_cast<int64_t>(data.batch) * data.seq * data.grad_accum; }

@@ -8,6 +8,7 @@
 #include "recipe/recipe_io.h"
 #include "dist/make_communicator.h"
 #include "dist/shard_plan.h"
+#include "model/cuda/cuda_engine.h"
 #include "train/checkpoint.h"
 #include "train/data_setup.h"
 #include "train/engine_factory.h"
@@ -59,6 +60,10 @@ void Trainer::set_up_data_parallel(int64_t resume_step) {
   dp.comm = comm_.get();
   for (const auto& r : plan.ranks) dp.shards.push_back({r.begin, r.end});
   engine_->set_data_parallel(dp);
+  auto* overlap = dynamic_cast<GradientOverlap*>(engine_.get());
+  if (overlap) overlap->set_overlap(cfg_.dist.overlap);
+  const std::string reduction = overlap && overlap->overlap() ? "gradient buckets reduced during the backward"
+                                                              : "gradient buckets reduced after the backward";
   // Every rank must resume from the same checkpoint (a shared run directory).
   double steps[2] = {static_cast<double>(resume_step), static_cast<double>(resume_step) * resume_step};
   comm_->host_all_reduce_sum(steps, 2, CommType::kF64);
@@ -67,7 +72,8 @@ void Trainer::set_up_data_parallel(int64_t resume_step) {
             " in ", run_dir_.string(), " but other ranks found others: the ranks must share the run directory");
   log("data parallel: " + std::to_string(world) + " rank(s) over " + comm_->backend() + ", ZeRO-1 shards of " +
       std::to_string(plan.ranks.front().size()) + ".." + std::to_string(plan.ranks.back().size()) +
-      " parameters, " + std::to_string(cfg_.data.batch) + " rows per micro-batch split over the ranks");
+      " parameters, " + std::to_string(cfg_.data.batch) + " rows per micro-batch split over the ranks, " +
+      reduction);
 }
 
 Batch Trainer::next_micro_batch() {

@@ -32,10 +32,11 @@ int select_device(int device) {
   return device;
 }
 
-// The engine's one stream; blocking with respect to the legacy default stream.
+// A stream the engine owns; by default blocking with respect to the legacy default stream.
 class Stream {
  public:
   Stream() { FP4_CUDA_CHECK(cudaStreamCreate(&s_)); }
+  Stream(unsigned flags, int priority) { FP4_CUDA_CHECK(cudaStreamCreateWithPriority(&s_, flags, priority)); }
   ~Stream() {
     if (s_ != nullptr) cudaStreamDestroy(s_);
   }
@@ -47,8 +48,38 @@ class Stream {
   cudaStream_t s_ = nullptr;
 };
 
+// An event used only to order streams (no timing).
+class Event {
+ public:
+  Event() { FP4_CUDA_CHECK(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming)); }
+  ~Event() {
+    if (e_ != nullptr) cudaEventDestroy(e_);
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return e_; }
 
-class CudaEngine final : public TrainingEngine, public GradientProbe {
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+// Where the gradient reductions of an overlapped step run: a non-blocking stream at the highest
+// priority (NCCL kernels start as soon as their bucket is ready instead of queuing behind compute),
+// one event per bucket recorded on the compute stream, one recorded after the last reduction.
+struct CommLane {
+  static int highest_priority() {
+    int least = 0, greatest = 0;
+    FP4_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    return greatest;
+  }
+  explicit CommLane(size_t buckets) : stream(cudaStreamNonBlocking, highest_priority()), ready(buckets) {}
+  Stream stream;
+  std::vector<Event> ready;
+  Event done;
+};
+
+
+class CudaEngine final : public TrainingEngine, public GradientProbe, public GradientOverlap {
  public:
   CudaEngine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed, int device)
       : device_(select_device(device)), cfg_(cfg), uploader_(stream_.get()), sums_(2) {
@@ -71,7 +102,9 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
 
   ~CudaEngine() override {
     cudaSetDevice(device_);
-    cudaStreamSynchronize(stream_.get());  // nothing queued may outlive the buffers
+    // Nothing queued may outlive the buffers (a failed step may have left reductions queued).
+    if (lane_) cudaStreamSynchronize(lane_->stream.get());
+    cudaStreamSynchronize(stream_.get());
   }
 
   const ModelConfig& config() const override { return cfg_; }
@@ -81,7 +114,7 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
     set_device();
     const std::string where = "train step " + std::to_string(adam_->step_count() + 1);
     const int64_t total = run_micro_batches(micro_batches, where);
-    if (comm_) reduce_gradients();
+    if (comm_) overlap_ ? wait_for_reductions() : reduce_gradients();
     adam_->queue_step(*params_, hyper, sums_.data());
     if (comm_) gather_parameters();
     const StepStats stats = finish(where, total);
@@ -103,8 +136,14 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
     comm_ = dp.comm;
     shards_ = dp.shards;
     buckets_ = gradient_buckets(parameters());
+    bucket_ranges_.clear();
+    for (const auto& b : buckets_) bucket_ranges_.push_back(bucket_shards(b.range, shards_));
+    lane_ = std::make_unique<CommLane>(buckets_.size());
     adam_->set_shard(*params_, shards_[static_cast<size_t>(comm_->rank())], comm_);
   }
+
+  void set_overlap(bool on) override { overlap_ = on; }
+  bool overlap() const override { return overlap_; }
 
   StepStats compute_gradients(std::span<const Batch> micro_batches) override {
     set_device();
@@ -225,14 +264,38 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
     return host;
   }
 
-  // Sums the gradients over ranks bucket by bucket in backward order (reduce-scatter to the shard
-  // owners), queued on the engine's stream after the backward. Not yet overlapped with the backward:
-  // CudaOlmo2::on_gradients_queued marks where each bucket could start on a communication stream.
+  // Not overlapped: sums the gradients over ranks bucket by bucket in backward order (reduce-scatter
+  // to the shard owners), queued on the engine's stream after the whole backward.
   void reduce_gradients() {
-    double* sums = sums_.data();
-    comm_->all_reduce_sum(sums, 2, CommType::kF64, stream_.get());  // the job's loss, for logs and skips
-    for (const auto& b : buckets_)
-      comm_->reduce_scatter_sum(params_->grads(), bucket_shards(b.range, shards_), stream_.get());
+    comm_->all_reduce_sum(sums_.data(), 2, CommType::kF64, stream_.get());  // the job's loss, for logs and skips
+    for (const auto& r : bucket_ranges_) comm_->reduce_scatter_sum(params_->grads(), r, stream_.get());
+  }
+
+  // Overlapped: called from the last micro-batch's backward (CudaOlmo2::on_gradients_queued) once the
+  // work completing the gradients of `block` is queued. The lane waits for exactly that work, then
+  // reduces the bucket while the compute stream goes on with the next block. The collectives are the
+  // same calls in the same order as reduce_gradients()'s, so the sums are the same bits.
+  void queue_bucket(int block) {
+    FP4_CHECK(next_bucket_ < buckets_.size() && buckets_[next_bucket_].block == block,
+              "gradient overlap: the backward completed block ", block, " where bucket ",
+              next_bucket_ < buckets_.size() ? buckets_[next_bucket_].name : std::string("(none left)"),
+              " was expected");
+    const cudaEvent_t ready = lane_->ready[next_bucket_].get();
+    const cudaStream_t comm = lane_->stream.get();
+    FP4_CUDA_CHECK(cudaEventRecord(ready, stream_.get()));
+    FP4_CUDA_CHECK(cudaStreamWaitEvent(comm, ready, 0));
+    // The loss sums are final before the backward starts; reduced first as in reduce_gradients().
+    if (next_bucket_ == 0) comm_->all_reduce_sum(sums_.data(), 2, CommType::kF64, comm);
+    comm_->reduce_scatter_sum(params_->grads(), bucket_ranges_[next_bucket_], comm);
+    ++next_bucket_;
+  }
+
+  // The optimizer (compute stream) waits on the device for the lane's last reduction; the host does not.
+  void wait_for_reductions() {
+    FP4_CHECK(next_bucket_ == buckets_.size(), "gradient overlap: the backward reported ", next_bucket_, " of ",
+              buckets_.size(), " gradient buckets");
+    FP4_CUDA_CHECK(cudaEventRecord(lane_->done.get(), lane_->stream.get()));
+    FP4_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), lane_->done.get(), 0));
   }
 
   // Every rank's updated shard to every rank, then the BF16 copy of the parts this rank did not update.
@@ -246,7 +309,8 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
   }
 
   // Queues forward, loss and backward of every micro-batch with the step's loss scaling; returns the
-  // step's target count. Gradients are zeroed first, the loss sums accumulate in sums_.
+  // step's target count. Gradients are zeroed first, the loss sums accumulate in sums_. With overlap,
+  // the last micro-batch's backward queues the bucket reductions (earlier ones only accumulate).
   int64_t run_micro_batches(std::span<const Batch> micro_batches, const std::string& where) {
     FP4_CHECK(!micro_batches.empty(), where, ": no micro-batches");
     int64_t total = 0;
@@ -268,7 +332,12 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
       model_->quant_context().call = (step << 8) | (i & 0xFF);
       model_->forward(mb);
       model_->loss(mb, true, grad_scale, sums_.data());
+      const bool reduce_now = comm_ != nullptr && overlap_ && i + 1 == up.size();
+      next_bucket_ = 0;
+      model_->on_gradients_queued = nullptr;
+      if (reduce_now) model_->on_gradients_queued = [this](int block) { queue_bucket(block); };
       model_->backward(mb);
+      model_->on_gradients_queued = nullptr;
     }
     return total;
   }
@@ -332,6 +401,10 @@ class CudaEngine final : public TrainingEngine, public GradientProbe {
   Communicator* comm_ = nullptr;  // data parallelism, when set
   std::vector<IndexRange> shards_;
   std::vector<GradBucket> buckets_;
+  std::vector<std::vector<IndexRange>> bucket_ranges_;  // per bucket: each rank's part of it
+  bool overlap_ = true;
+  std::unique_ptr<CommLane> lane_;  // data parallelism only
+  size_t next_bucket_ = 0;          // buckets queued by the current backward
 };
 
 }  // namespace

@@ -37,3 +37,19 @@ class GradientProbe {
 };
 
 }  // namespace fp4
+
+namespace fp4 {
+
+// The CUDA engine's data-parallel switch: dynamic_cast<GradientOverlap*>(engine.get()). On (the
+// default): each gradient bucket's reduce-scatter starts on a communication stream as soon as the last
+// micro-batch's backward has queued the bucket's gradients, and the optimizer waits for the stream on
+// the device. Off: the buckets are reduced on the compute stream after the backward. Both issue the
+// same collectives in the same order, so they give the same bits; the switch exists to measure it.
+class GradientOverlap {
+ public:
+  virtual ~GradientOverlap() = default;
+  virtual void set_overlap(bool on) = 0;  // between steps
+  virtual bool overlap() const = 0;
+};
+
+}  // namespace fp4

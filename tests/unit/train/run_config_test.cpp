@@ -201,6 +201,21 @@ TEST(RunConfig, IdentityIgnoresCadenceButNotTraining) {
   EXPECT_EQ(identity_differences(a, d).size(), 2u);
 }
 
+// dist.overlap picks how the gradients travel, not what they sum to: a resumed run may change it.
+TEST(RunConfig, DistOverlapIsABooleanOutsideTheIdentity) {
+  const auto a = load_run_config({}, {});
+  EXPECT_TRUE(a.dist.overlap);
+  const auto b = load_run_config({}, {"dist.overlap=false"});
+  EXPECT_FALSE(b.dist.overlap);
+  EXPECT_EQ(config_hash(a), config_hash(b));
+  EXPECT_FALSE(run_config_from_json(to_json(b), "trainer.json").dist.overlap);
+  TempDir dir;
+  EXPECT_FALSE(load_run_config({write_toml(dir, "a.toml", "[dist]\noverlap = false\n")}).dist.overlap);
+  EXPECT_THAT(error_of([&] { load_run_config({}, {"dist.overlap=1"}); }), HasSubstr("dist.overlap"));
+  EXPECT_THAT(error_of([&] { load_run_config({}, {"dist.overlapp=true"}); }),
+              HasSubstr("did you mean 'dist.overlap'"));
+}
+
 TEST(RunConfig, ScheduleLength) {
   auto cfg = load_run_config({}, {"optim.total_tokens=10000", "optim.warmup=2"});
   EXPECT_EQ(cfg.schedule_steps(), (10000 + 2047) / 2048);
