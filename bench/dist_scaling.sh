@@ -1,39 +1,87 @@
 #!/usr/bin/env bash
-# Data-parallel scaling on one host: tokens/s per GPU for 1, 2, 4, 8 GPUs (those present), with a
-# fixed per-GPU batch (weak scaling), and the efficiency against one GPU. Prints a Markdown table for
-# docs/BENCHMARKS.md. usage: bench/dist_scaling.sh [MODEL] [RECIPE] (env: B, DATA, STEPS, ROWS, SEQ)
+# Data-parallel scaling on one host (weak scaling: a fixed batch per GPU): tokens/s per GPU on 1 GPU
+# (a plain process) and on 2, 4, 8 GPUs (those present, up to MAX_GPUS) with the gradient reductions
+# overlapped with the backward and after it (dist.overlap=false), and the efficiency against one GPU.
+# Prints a Markdown table for docs/BENCHMARKS.md. About 3 minutes on 2 H200s with the defaults.
+# usage: bench/dist_scaling.sh [MODEL] [RECIPE...] (default: olmo2-370m bf16 tetrajet-v2-base)
+# env: B=build dir, DATA=prepared shards, STEPS, ROWS (per GPU), SEQ, MAX_GPUS, OUT (DEVICE=cpu: the
+# same runs on the CPU engine over TCP, to check the script without a GPU)
+# Without DATA: data/shards-gpt2 when prepared, else a small GPT-2 set is prepared from data/corpus
+# (unpacked from .carry/corpus.tar.xz when needed) into data/shards-gpt2-small: speed does not depend
+# on which tokens are trained.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 B=${B:-build-gpu}
 MODEL=${1:-olmo2-370m}
-RECIPE=${2:-bf16}
-DATA=${DATA:-data/shards-gpt2}
-STEPS=${STEPS:-30}
-ROWS=${ROWS:-8}   # rows per GPU per micro-batch
+shift $(($# > 0 ? 1 : 0))
+RECIPES=("$@")
+[ ${#RECIPES[@]} -gt 0 ] || RECIPES=(bf16 tetrajet-v2-base)
+STEPS=${STEPS:-16}
+ROWS=${ROWS:-8}  # rows per GPU per micro-batch
 SEQ=${SEQ:-2048}
 out=${OUT:-$root/gpu-out}/dist_scaling
 rm -rf "$out" && mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
 have=$(nvidia-smi -L 2>/dev/null | wc -l)
-echo "| GPUs | global batch | tokens/s | tokens/s per GPU | efficiency |"
-echo "|---:|---:|---:|---:|---:|"
-base=""
-for n in 1 2 4 8; do
-  [ "$n" -le "$have" ] || break
-  run="$out/gpus$n"
-  timeout 580 "$B/fp4train" launch --gpus "$n" -- "$B/fp4train" train --config "configs/runs/$MODEL.toml" \
-    --recipe "$RECIPE" --set train.device=cuda --set "data.train_dir=$DATA" --set data.train_text= \
-    --set data.val_text= --set "data.batch=$((ROWS * n))" --set "data.seq=$SEQ" --set "train.steps=$STEPS" \
-    --set optim.warmup=2 --set train.log_every=1 --set train.eval_every=0 --set train.eval_batches=1 \
-    --set train.ckpt_every=0 --out "$run" >"$run.log" 2>&1 || { echo "| $n | failed: see $run.log | | | |"; continue; }
-  # Median of the second half of the steps (warm-up excluded).
-  tps=$(/usr/bin/env python3 -c "
-import json, sys
-r = [json.loads(l)['tokens_per_s'] for l in open('$run/metrics.jsonl') if '\"train\"' in l]
-r = sorted(r[len(r) // 2:]); print(r[len(r) // 2])")
-  per=$(/usr/bin/env python3 -c "print(f'{$tps / $n:.0f}')")
-  [ -n "$base" ] || base=$per
-  eff=$(/usr/bin/env python3 -c "print(f'{100 * $per / $base:.1f}%')")
-  echo "| $n | $((ROWS * n)) x $SEQ | $(printf %.0f "$tps") | $per | $eff |"
+MAX_GPUS=${MAX_GPUS:-$have}
+DEVICE=${DEVICE:-cuda}
+
+pick_data() {
+  if [ -n "${DATA:-}" ]; then echo "$DATA"; return; fi
+  if [ -f data/shards-gpt2/manifest.json ]; then echo data/shards-gpt2; return; fi
+  local small=data/shards-gpt2-small
+  if [ ! -f "$small/manifest.json" ]; then
+    [ -d data/corpus ] || { mkdir -p data && tar xJf .carry/corpus.tar.xz -C data; } >&2
+    "$B/fp4train" prepare --input data/corpus/train/gutenberg --val data/corpus/val/gutenberg \
+      --tokenizer data/tokenizers/gpt2 --out "$small" >"$out/prepare.log" 2>&1 || { tail -3 "$out/prepare.log" >&2; return 1; }
+  fi
+  echo "$small"
+}
+DATA=$(pick_data) || { echo "no data"; exit 1; }
+
+# run NAME GPUS OVERLAP RECIPE: prints the job's tokens/s (median of the second half of the steps:
+# start-up, cuBLASLt's first calls and NCCL's connections excluded), or nothing when the run failed.
+run() {
+  local name=$1 n=$2 overlap=$3 recipe=$4 dir="$out/$1"
+  local cmd=("$B/fp4train" train --config configs/runs/olmo2-70m.toml --set "model.preset=$MODEL" --recipe "$recipe"
+    --set "train.device=$DEVICE" --set "data.train_dir=$DATA" --set data.tokenizer= --set "data.batch=$((ROWS * n))"
+    --set "data.seq=$SEQ" --set "train.steps=$STEPS" --set optim.warmup=2 --set train.log_every=1
+    --set train.eval_every=0 --set train.eval_batches=1 --set train.ckpt_every=0 --set train.keep_checkpoints=1
+    --set "dist.overlap=$overlap" --out "$dir")
+  [ "$n" -eq 1 ] || cmd=("$B/fp4train" launch --gpus "$n" -- "${cmd[@]}")
+  timeout 300 "${cmd[@]}" >"$dir.log" 2>&1 || return 0
+  /usr/bin/env python3 -c "
+import json
+r = [json.loads(l)['tokens_per_s'] for l in open('$dir/metrics.jsonl') if '\"train\"' in l]
+r = sorted(r[len(r) // 2:]); print(f'{r[len(r) // 2]:.0f}')"
+  rm -rf "$dir/checkpoints"  # the final checkpoint (GBs) is not needed
+}
+
+t0=$SECONDS
+rows=()
+for recipe in "${RECIPES[@]}"; do
+  base=$(run "$recipe-gpus1" 1 true "$recipe")
+  rows+=("| $recipe | 1 | - | $ROWS x $SEQ | ${base:-failed} | ${base:-} | 100% |")
+  for n in 2 4 8; do
+    [ "$n" -le "$MAX_GPUS" ] || break
+    for overlap in true false; do
+      tps=$(run "$recipe-gpus$n-overlap-$overlap" "$n" "$overlap" "$recipe")
+      [ "$overlap" = true ] && mode=on || mode=off
+      if [ -z "$tps" ] || [ -z "$base" ]; then
+        rows+=("| $recipe | $n | $mode | $((ROWS * n)) x $SEQ | ${tps:-failed} | | |")
+        continue
+      fi
+      per=$((tps / n))
+      eff=$(/usr/bin/env python3 -c "print(f'{100 * $per / $base:.1f}%')")
+      rows+=("| $recipe | $n | $mode | $((ROWS * n)) x $SEQ | $tps | $per | $eff |")
+    done
+  done
 done
+echo "$MODEL, $STEPS steps, $ROWS x $SEQ tokens per GPU per step, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1):"
+echo
+echo "| recipe | GPUs | overlap | global batch | tokens/s | tokens/s per GPU | efficiency |"
+echo "|---|---:|---|---:|---:|---:|---:|"
+printf '%s\n' "${rows[@]}"
+echo
+echo "$((SECONDS - t0))s; logs in $out (a failed run: $out/<recipe>-gpus<N>*.log)"

@@ -1,64 +1,104 @@
 #!/usr/bin/env bash
-# Data-parallel checks on a GPU machine (docs/DIST.md):
-#   1. test_cuda DistCuda.*: one NCCL rank trains bit-identically to the plain CUDA engine.
-#   2. `fp4train launch --gpus 1 -- fp4train train` (NCCL, ZeRO-1 path) vs plain `fp4train train`: the
-#      same losses, bit for bit.
-#   3. With GPUS >= 2: `launch --gpus GPUS` vs one GPU with the same global batch: loss curves within
-#      BF16 noise (the ranks' GEMMs see fewer rows), and a 2-rank checkpoint resumed on 1 GPU.
-# usage: scripts/dist_gpu_check.sh [GPUS] (env: B=build dir, DATA=prepared shards, STEPS, MODEL)
+# Data-parallel checks on a GPU machine (docs/DIST.md), about 2 minutes on 2 H200s after the build:
+#   1. test_cuda DistCuda.*: one NCCL rank (overlap on and off) trains bit-identically to the plain CUDA
+#      engine; the overlapped reductions wait for their bucket and the optimizer waits for them.
+#   2. `fp4train launch --gpus 1 -- fp4train train` (NCCL, ZeRO-1, overlap) vs plain `fp4train train`:
+#      the same losses, bit for bit.
+#   3. With GPUS >= 2, the same global batch on GPUS ranks:
+#      - overlap on vs dist.overlap=false: the same losses, bit for bit (same reductions, same order);
+#      - vs one GPU: loss curves within BF16 noise (each rank's GEMMs see fewer rows);
+#      - a GPUS-rank run stopped at half time and resumed on one GPU: its first half is the GPUS-rank
+#        run's bit for bit, the whole curve within BF16 noise of it.
+# usage: scripts/dist_gpu_check.sh [GPUS] (env: B=build dir, DATA=prepared shards, STEPS, MODEL, SEQ, OUT;
+# DEVICE=cpu runs the same flow on the CPU engine over TCP, to check the script without a GPU)
+# Without DATA: data/shards-gpt2 when prepared, else a small GPT-2 set is prepared from data/corpus
+# (unpacked from .carry/corpus.tar.xz when needed) into data/shards-gpt2-small.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 B=${B:-build-gpu}
 GPUS=${1:-1}
-DATA=${DATA:-data/shards-gpt2}
 STEPS=${STEPS:-40}
 MODEL=${MODEL:-olmo2-30m}
+SEQ=${SEQ:-512}
+DEVICE=${DEVICE:-cuda}
 out=${OUT:-$root/gpu-out}/dist
 rm -rf "$out" && mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
 status=0
 
-common=(--config "configs/runs/$MODEL.toml" --recipe bf16 --set train.device=cuda --set "data.train_dir=$DATA"
-  --set data.train_text= --set data.val_text= --set data.batch=16 --set data.seq=512 --set "train.steps=$STEPS"
-  --set optim.warmup=5 --set train.log_every=1 --set train.eval_every=0 --set train.eval_batches=4
-  --set "train.ckpt_every=$((STEPS / 2))")
+# The shards to train on: $DATA, else the full GPT-2 set, else a small one prepared now (seconds).
+pick_data() {
+  if [ -n "${DATA:-}" ]; then echo "$DATA"; return; fi
+  if [ -f data/shards-gpt2/manifest.json ]; then echo data/shards-gpt2; return; fi
+  local small=data/shards-gpt2-small
+  if [ ! -f "$small/manifest.json" ]; then
+    [ -d data/corpus ] || { mkdir -p data && tar xJf .carry/corpus.tar.xz -C data; } >&2
+    "$B/fp4train" prepare --input data/corpus/train/gutenberg --val data/corpus/val/gutenberg \
+      --tokenizer data/tokenizers/gpt2 --out "$small" >"$out/prepare.log" 2>&1 || { tail -3 "$out/prepare.log" >&2; return 1; }
+  fi
+  echo "$small"
+}
+DATA=$(pick_data) || { echo "no data"; exit 1; }
 
-# compare RUN_A RUN_B REL: prints the largest relative loss difference; fails above REL.
+# The schedule is pinned to STEPS so that a run stopped at half time resumes the same schedule.
+common=(--config configs/runs/olmo2-70m.toml --set "model.preset=$MODEL" --recipe bf16 --set "train.device=$DEVICE"
+  --set "data.train_dir=$DATA" --set data.tokenizer= --set data.batch=16 --set "data.seq=$SEQ"
+  --set "train.steps=$STEPS" --set "optim.total_steps=$STEPS" --set optim.warmup=5 --set train.log_every=1
+  --set train.eval_every=0 --set train.eval_batches=4 --set "train.ckpt_every=$((STEPS / 2))")
+
+# compare RUN_A RUN_B REL [EXACT_STEPS]: the largest relative loss difference over the steps both
+# runs have; fails above REL, or when the first EXACT_STEPS losses are not bit-identical.
 compare() {
-  /usr/bin/env python3 - "$1" "$2" "$3" <<'PY'
+  /usr/bin/env python3 - "$@" <<'PY'
 import json, sys
 def losses(run):
     return [json.loads(l) for l in open(run + "/metrics.jsonl") if '"train"' in l]
 a, b, rel = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
+exact = int(sys.argv[4]) if len(sys.argv) > 4 else 0
 assert len(a) == len(b) and a, f"{len(a)} vs {len(b)} train records"
 worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
-tps = [r["tokens_per_s"] for r in b[len(b) // 2:]]
-print(f"{sys.argv[2]}: {len(a)} steps, max relative loss difference {worst:.3g} (limit {rel:g}), "
-      f"final loss {a[-1]['loss']:.5f} vs {b[-1]['loss']:.5f}, tokens/s {sorted(tps)[len(tps) // 2]:.0f}")
-sys.exit(0 if worst <= rel else 1)
+same = all(x["loss"] == y["loss"] for x, y in zip(a[:exact], b[:exact]))
+tps = sorted(r["tokens_per_s"] for r in b[len(b) // 2:])
+print(f"{sys.argv[2].split('/')[-1]} vs {sys.argv[1].split('/')[-1]}: {len(a)} steps, max relative loss "
+      f"difference {worst:.3g} (limit {rel:g})" + (f", first {exact} steps bit-identical: {same}" if exact else "")
+      + f", final loss {a[-1]['loss']:.5f} vs {b[-1]['loss']:.5f}, tokens/s {tps[len(tps) // 2]:.0f}")
+sys.exit(0 if worst <= rel and same else 1)
 PY
 }
 
-timeout 300 "$B/test_cuda" --gtest_filter='DistCuda.*' >"$out/test_cuda.log" 2>&1
-echo "== test_cuda DistCuda rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/test_cuda.log" | tr '\n' ' ')"
+# train NAME NPROC EXTRA...: NPROC 0 is a plain process, otherwise `fp4train launch --gpus NPROC`.
+train() {
+  local name=$1 n=$2
+  shift 2
+  local cmd=("$B/fp4train" train "${common[@]}" "$@" --out "$out/$name")
+  [ "$n" -eq 0 ] || cmd=("$B/fp4train" launch --gpus "$n" -- "${cmd[@]}")
+  timeout 300 "${cmd[@]}" >>"$out/$name.log" 2>&1 || { echo "$name failed:"; tail -5 "$out/$name.log"; exit 1; }
+}
 
-timeout 400 "$B/fp4train" train "${common[@]}" --out "$out/plain" >"$out/plain.log" 2>&1 || { echo "plain run failed"; tail "$out/plain.log"; exit 1; }
-timeout 400 "$B/fp4train" launch --gpus 1 -- "$B/fp4train" train "${common[@]}" --out "$out/launch1" >"$out/launch1.log" 2>&1 ||
-  { echo "launch --gpus 1 failed"; tail "$out/launch1.log"; exit 1; }
-grep -E "NCCL|data parallel" "$out/launch1.log" | head -4
+t0=$SECONDS
+timeout 300 "$B/test_cuda" --gtest_filter='DistCuda.*' >"$out/test_cuda.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || status=1
+echo "== test_cuda DistCuda rc=$rc $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/test_cuda.log" | tr '\n' ' ')"
+
+echo "== data $DATA, $MODEL on $DEVICE, $STEPS steps of 16 x $SEQ tokens"
+train plain 0
+train launch1 1
+grep -E "NCCL|data parallel" "$out/launch1.log" | head -3
 compare "$out/plain" "$out/launch1" 0 || status=1
 
 if [ "$GPUS" -ge 2 ]; then
-  timeout 400 "$B/fp4train" launch --gpus "$GPUS" -- "$B/fp4train" train "${common[@]}" --out "$out/launch$GPUS" \
-    >"$out/launch$GPUS.log" 2>&1 || { echo "launch --gpus $GPUS failed"; tail "$out/launch$GPUS.log"; exit 1; }
+  train "launch$GPUS" "$GPUS"
+  train "launch$GPUS-nooverlap" "$GPUS" --set dist.overlap=false
+  compare "$out/launch$GPUS" "$out/launch$GPUS-nooverlap" 0 || status=1
   compare "$out/plain" "$out/launch$GPUS" 2e-3 || status=1
-  # N -> 1: stop the multi-GPU run at half time, resume on one GPU.
+  # N -> 1: stop a GPUS-rank run at half time, resume it on one GPU.
   half=$((STEPS / 2))
-  timeout 400 "$B/fp4train" launch --gpus "$GPUS" -- "$B/fp4train" train "${common[@]}" --set "train.steps=$half" \
-    --out "$out/resumed" >"$out/resumed-a.log" 2>&1 && timeout 400 "$B/fp4train" train "${common[@]}" --out "$out/resumed" \
-    >"$out/resumed-b.log" 2>&1 || { echo "N->1 resume failed"; tail "$out/resumed-b.log"; exit 1; }
-  compare "$out/plain" "$out/resumed" 2e-3 || status=1
+  train resumed "$GPUS" --set "train.steps=$half"
+  train resumed 0
+  grep -E "^resumed from" "$out/resumed.log" | head -1
+  compare "$out/launch$GPUS" "$out/resumed" 2e-3 "$half" || status=1
 fi
-echo "== dist_gpu_check status=$status"
+echo "== dist_gpu_check status=$status in $((SECONDS - t0))s"
 exit $status
