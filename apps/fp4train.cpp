@@ -35,6 +35,12 @@ void add_prepare(CLI::App& app, fp4::PrepareArgs& a) {
   cmd->add_option("--val-fraction", a.val_fraction,
                   "without --val: the share of input documents held out for validation")
       ->check(CLI::Range(0.0, 0.99));
+  cmd->add_option("--val-sample", a.val_sample,
+                  "also hold out this share of ~--val-piece-bytes pieces of every training document "
+                  "(validation then follows the training mix)")
+      ->check(CLI::Range(0.0, 0.99));
+  cmd->add_option("--val-piece-bytes", a.val_piece_bytes, "piece size for --val-sample")
+      ->check(CLI::PositiveNumber);
   cmd->add_option(
          "--tokenizer", a.tokenizer,
          "tokenizer spec: bytes, a GPT-2 BPE directory (encoder.json + vocab.bpe), or a tokenizer.json")

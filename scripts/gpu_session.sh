@@ -10,7 +10,8 @@
 #   data         unpack .carry/corpus.tar.xz and prepare GPT-2 shards (data/shards-gpt2)
 #   quick        200 steps of olmo2-30m per recipe (speed and sanity)
 #   exp30m       olmo2-30m, $EXP_RECIPES (default all three), $EXP_STEPS steps (default 3052: 100M tokens),
-#                then the report
+#                then the report; EXP_GROUPS="bf16,nvidia-nvfp4 tetrajet-v2-base" runs groups on GPUs 0, 1, ...
+#   dist2        scripts/dist_gpu_check.sh 2 (needs two GPUs)
 #   normbench    norm_kernels_bench (RMSNorm, QK-norm+RoPE, SwiGLU against a D2D copy)
 #   testsbg      start test_cuda in the background (it is CPU-heavy: it overlaps the GPU phases after it)
 #   testswait    wait for it and report
@@ -111,7 +112,9 @@ phase_bench() {
 phase_data() {
   mkdir -p data
   [ -d data/corpus ] || tar xJf .carry/corpus.tar.xz -C data
-  [ -f data/shards-gpt2/manifest.json ] || $B/fp4train prepare --input data/corpus/train --val data/corpus/val \
+  # Validation: 3% of the training documents' ~256 KiB pieces, so it follows the training mix (5/6 C code);
+  # the corpus's val/ folder (speeches, a little Gutenberg) measures prose only.
+  [ -f data/shards-gpt2/manifest.json ] || $B/fp4train prepare --input data/corpus/train --val-sample 0.03 \
     --tokenizer data/tokenizers/gpt2 --out data/shards-gpt2 --threads 16 >"$out/prepare.log" 2>&1
   note "data rc=$? $(tail -1 "$out/prepare.log" 2>/dev/null)"
 }
@@ -136,10 +139,21 @@ phase_exp30m() {
   local steps=${EXP_STEPS:-3052}
   # EXP_RECIPES splits the experiment over several calls (each call's runs come back in runs-30m.tar.gz;
   # the report is drawn where all three metrics files are).
-  for r in ${EXP_RECIPES:-bf16 nvidia-nvfp4 tetrajet-v2-base}; do
-    rm -rf runs/30m-$r
-    train_recipe runs/30m-$r $r "$steps" --set train.eval_every=$((steps / 8)) --set train.log_every=25
+  # EXP_GROUPS runs groups in parallel, one GPU each ("bf16,nvidia-nvfp4 tetrajet-v2-base": two GPUs).
+  local groups=${EXP_GROUPS:-$(echo "${EXP_RECIPES:-bf16 nvidia-nvfp4 tetrajet-v2-base}" | tr ' ' ',')}
+  local gpu=0
+  for g in $groups; do
+    (
+      export CUDA_VISIBLE_DEVICES=$gpu
+      for r in ${g//,/ }; do
+        rm -rf runs/30m-$r
+        train_recipe runs/30m-$r $r "$steps" --set train.eval_every=$((steps / 8)) --set train.log_every=25
+      done
+    ) &
+    gpu=$((gpu + 1))
   done
+  wait
+  grep -h "val ppl" runs/30m-*.log | tail -3
   if [ -f runs/30m-bf16/metrics.jsonl ] && [ -f runs/30m-nvidia-nvfp4/metrics.jsonl ] &&
     [ -f runs/30m-tetrajet-v2-base/metrics.jsonl ]; then
     $B/fp4train report runs/30m-bf16 runs/30m-nvidia-nvfp4 runs/30m-tetrajet-v2-base --svg "$out/olmo2-30m.svg" \
@@ -147,6 +161,15 @@ phase_exp30m() {
     cat "$out/olmo2-30m.md"
   fi
   tar czf "$out/runs-30m.tar.gz" runs/30m-*/metrics.jsonl runs/30m-*/config.json runs/30m-*/recipe.toml runs/30m-*.log
+}
+
+phase_dist2() {  # the two-GPU data-parallel checks (scripts/dist_gpu_check.sh), when the GPUs are there
+  local n
+  n=$(nvidia-smi -L | wc -l)
+  [ "$n" -ge 2 ] || { note "dist2: only $n GPU"; return 1; }
+  OUT=$out STEPS=${DIST_STEPS:-40} timeout ${DIST_TIMEOUT:-240} scripts/dist_gpu_check.sh 2 >"$out/dist_check.log" 2>&1
+  note "dist_gpu_check 2 rc=$?"
+  grep -E "^==|vs |failed" "$out/dist_check.log" | head -20
 }
 
 ncu_bin() { command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1; }

@@ -75,6 +75,42 @@ class ShardSink {
   std::vector<int32_t> buffer_;
 };
 
+// A number in [0, 1) from the FNV-1a hash of a key: the same wherever the corpus lives. `mixed` adds
+// the SplitMix64 finalizer, without which keys that differ only in their last characters (piece
+// numbers) get correlated top bits.
+double hash_unit(const std::string& key, bool mixed = false) {
+  uint64_t h = fnv1a64({reinterpret_cast<const uint8_t*>(key.data()), key.size()});
+  if (mixed) {
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    h ^= h >> 31;
+  }
+  return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
+
+// A document's text as runs of consecutive pieces that go to the same split.
+struct SplitRun {
+  std::string_view text;
+  bool val;
+};
+
+std::vector<SplitRun> split_runs(std::string_view text, const fs::path& path, bool doc_val,
+                                 const PrepareOptions& o) {
+  if (doc_val || o.val_sample <= 0) return {{text, doc_val}};
+  std::vector<SplitRun> runs;
+  const std::string name = path.filename().string();
+  const auto pieces = split_for_tokenization(text, o.val_piece_bytes);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const bool val = hash_unit(name + "#" + std::to_string(i), true) < o.val_sample;
+    if (!runs.empty() && runs.back().val == val) {  // pieces are contiguous views of text
+      runs.back().text = std::string_view(runs.back().text.data(), runs.back().text.size() + pieces[i].size());
+    } else {
+      runs.push_back({pieces[i], val});
+    }
+  }
+  return runs;
+}
+
 struct Document {
   fs::path path;
   bool val = false;
@@ -95,11 +131,7 @@ std::vector<Document> plan_documents(const PrepareOptions& o) {
     FP4_CHECK(o.val_fraction < 1, "prepare: val_fraction must be in [0, 1), got ", o.val_fraction);
     // A document goes to validation when the hash of its file name falls below the fraction, so the
     // choice does not depend on where the corpus lives or on the other files.
-    auto unit = [](const fs::path& p) {
-      auto name = p.filename().string();
-      auto h = fnv1a64({reinterpret_cast<const uint8_t*>(name.data()), name.size()});
-      return static_cast<double>(h >> 11) * 0x1.0p-53;
-    };
+    auto unit = [](const fs::path& p) { return hash_unit(p.filename().string()); };
     size_t best = 0;
     bool any = false;
     for (size_t i = 0; i < docs.size(); ++i) {
@@ -151,6 +183,8 @@ Manifest prepare_shards(const PrepareOptions& o) {
   FP4_CHECK(o.shard_tokens > 0, "prepare: shard_tokens must be positive, got ", o.shard_tokens);
   auto tokenizer = load_tokenizer(o.tokenizer);
   std::vector<Document> docs = plan_documents(o);
+  FP4_CHECK(o.val_sample >= 0 && o.val_sample < 1, "prepare: val_sample must be in [0, 1), got ", o.val_sample);
+  FP4_CHECK(o.val_piece_bytes > 0, "prepare: val_piece_bytes must be positive, got ", o.val_piece_bytes);
 
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);
@@ -175,7 +209,9 @@ Manifest prepare_shards(const PrepareOptions& o) {
   struct Pending {
     std::future<std::vector<int32_t>> ids;
     size_t doc;
-    bool last;  // the document's last chunk: eot follows
+    bool val;
+    bool last;  // the last chunk of a run of pieces: eot follows
+    bool doc_end;
   };
   std::deque<Pending> window;
   const size_t max_in_flight = static_cast<size_t>(threads) * 4;
@@ -183,27 +219,34 @@ Manifest prepare_shards(const PrepareOptions& o) {
   auto drain_one = [&] {
     Pending p = std::move(window.front());
     window.pop_front();
-    ShardSink& sink = docs[p.doc].val ? val : train;
+    ShardSink& sink = p.val ? val : train;
     sink.append(p.ids.get());
     if (p.last) {
       sink.append({tokenizer->eot_id()});
-      (docs[p.doc].val ? m.val : m.train).documents += 1;
-      if (o.progress) o.progress(++done, static_cast<int64_t>(docs.size()));
+      (p.val ? m.val : m.train).documents += 1;
     }
+    if (p.doc_end && o.progress) o.progress(++done, static_cast<int64_t>(docs.size()));
   };
   for (size_t d = 0; d < docs.size(); ++d) {
     auto text = std::make_shared<const std::string>(read_document(docs[d].path));
-    (docs[d].val ? m.val : m.train).bytes += static_cast<int64_t>(text->size());
-    auto chunks = split_for_tokenization(*text, o.chunk_bytes);
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      while (window.size() >= max_in_flight) drain_one();
-      const Tokenizer* tok = tokenizer.get();
-      std::string_view chunk = chunks[c];
-      window.push_back(
-          {pool.submit([tok, text, chunk] { return tok->encode(chunk); }), d, c + 1 == chunks.size()});
+    const auto runs = split_runs(*text, docs[d].path, docs[d].val, o);
+    for (size_t r = 0; r < runs.size(); ++r) {
+      (runs[r].val ? m.val : m.train).bytes += static_cast<int64_t>(runs[r].text.size());
+      auto chunks = split_for_tokenization(runs[r].text, o.chunk_bytes);
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        while (window.size() >= max_in_flight) drain_one();
+        const Tokenizer* tok = tokenizer.get();
+        std::string_view chunk = chunks[c];
+        const bool last = c + 1 == chunks.size();
+        window.push_back({pool.submit([tok, text, chunk] { return tok->encode(chunk); }), d, runs[r].val, last,
+                          last && r + 1 == runs.size()});
+      }
     }
   }
   while (!window.empty()) drain_one();
+  FP4_CHECK(o.val_sample <= 0 || m.val.tokens > 0, "prepare: val_sample ", o.val_sample,
+            " chose none of the training pieces of ~", o.val_piece_bytes,
+            " bytes for validation: raise val_sample or lower val_piece_bytes");
   train.finish();
   val.finish();
 

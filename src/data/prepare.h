@@ -20,6 +20,13 @@ struct PrepareOptions {
   // input documents (chosen by a hash of the file name) goes to validation instead.
   std::vector<std::filesystem::path> val_inputs;
   double val_fraction = 0.0;
+  // Validation sampled from inside the training documents, so that it follows the training mix even
+  // when a corpus is a few large files: when > 0, each training document is cut into pieces of about
+  // val_piece_bytes (at the same safe places as chunk_bytes) and the pieces whose hash of (file name,
+  // piece index) falls below val_sample go to validation. An eot closes every run of pieces on either
+  // side of a cut. Combines with val_inputs / val_fraction; the split does not depend on chunk_bytes.
+  double val_sample = 0.0;
+  int64_t val_piece_bytes = int64_t{1} << 18;
   std::string tokenizer = "bytes";  // a load_tokenizer spec
   std::filesystem::path out_dir;
   int64_t shard_tokens = int64_t{1} << 24;  // tokens per shard file (the last one may hold fewer)

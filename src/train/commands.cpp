@@ -49,6 +49,8 @@ void prepare_command(const PrepareArgs& args) {
   o.inputs = args.inputs;
   o.val_inputs = args.val_inputs;
   o.val_fraction = args.val_fraction;
+  o.val_sample = args.val_sample;
+  o.val_piece_bytes = args.val_piece_bytes;
   o.tokenizer = args.tokenizer;
   o.out_dir = args.out;
   o.threads = args.threads;

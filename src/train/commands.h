@@ -30,6 +30,8 @@ struct PrepareArgs {
   std::vector<std::filesystem::path> inputs;
   std::vector<std::filesystem::path> val_inputs;
   double val_fraction = 0;
+  double val_sample = 0;
+  int64_t val_piece_bytes = int64_t{1} << 18;
   std::string tokenizer;
   std::filesystem::path out;
   int threads = 0;

@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <tuple>
 
 #include "core/error.h"
 #include "data/shard.h"
@@ -175,6 +176,114 @@ TEST(Prepare, ValFractionAndValInputsSplitByDocument) {
 
   o.val_inputs = {corpus.dir / corpus.docs[0].first};
   EXPECT_THROW(prepare_shards(o), Error);  // a document may not be in both splits
+}
+
+// The streams between eot tokens, as byte strings (bytes tokenizer: id = byte).
+std::vector<std::string> segments(const std::vector<int32_t>& ids, int32_t eot) {
+  std::vector<std::string> out(1);
+  for (int32_t id : ids) {
+    if (id == eot) {
+      out.emplace_back();
+    } else {
+      out.back() += static_cast<char>(id);
+    }
+  }
+  EXPECT_TRUE(out.back().empty()) << "the stream must end with eot";
+  out.pop_back();
+  return out;
+}
+
+TEST(Prepare, ValSampleHoldsOutPiecesOfEveryDocumentInOrder) {
+  uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  TempDir corpus;
+  std::vector<std::string> texts;
+  for (int i = 0; i < 8; ++i) {
+    // Lines "x...y": each '\n' between 'y' and 'x' is a place where a piece may end.
+    std::string text;
+    const int lines = i == 3 ? 0 : 150 + static_cast<int>(rng() % 150);  // one empty document
+    for (int l = 0; l < lines; ++l) text += (l ? "\nx" : "x") + testing::random_text(rng, 12) + "y";
+    texts.push_back(text);
+    write_file(corpus / ("doc" + std::to_string(i) + ".txt"), text);
+  }
+  auto run = [&](int threads, int64_t chunk) {
+    TempDir out;
+    PrepareOptions o;
+    o.inputs = {corpus.path()};
+    o.out_dir = out.path();
+    o.threads = threads;
+    o.chunk_bytes = chunk;
+    o.shard_tokens = 1000;
+    o.val_sample = 0.3;
+    o.val_piece_bytes = 200;
+    Manifest m = prepare_shards(o);
+    return std::tuple{m, snapshot(out.path()), segments(read_split(m, out.path(), m.train), m.eot_id),
+                      segments(read_split(m, out.path(), m.val), m.eot_id)};
+  };
+  auto [m, files, train, val] = run(3, 50);
+  // Each document is its runs of train and val pieces, in order, each run closed by eot.
+  size_t ti = 0, vi = 0, docs_with_val = 0;
+  int64_t val_bytes = 0, all_bytes = 0;
+  for (const std::string& text : texts) {
+    size_t at = 0;
+    bool any_val = false;
+    if (text.empty()) {
+      ASSERT_LT(ti, train.size());
+      EXPECT_EQ(train[ti++], "");
+    }
+    while (at < text.size()) {
+      auto starts_here = [&](const std::vector<std::string>& segs, size_t i) {
+        return i < segs.size() && !segs[i].empty() && text.compare(at, segs[i].size(), segs[i]) == 0;
+      };
+      if (starts_here(train, ti)) {
+        at += train[ti++].size();
+      } else if (starts_here(val, vi)) {
+        at += val[vi].size();
+        val_bytes += static_cast<int64_t>(val[vi++].size());
+        any_val = true;
+      } else {
+        FAIL() << "document bytes at " << at << " are in neither split's next run";
+      }
+    }
+    all_bytes += static_cast<int64_t>(text.size());
+    docs_with_val += any_val;
+  }
+  EXPECT_EQ(ti, train.size());
+  EXPECT_EQ(vi, val.size());
+  EXPECT_EQ(m.val.bytes, val_bytes);
+  EXPECT_EQ(m.train.bytes + m.val.bytes, all_bytes);
+  EXPECT_EQ(m.train.documents + m.val.documents, static_cast<int64_t>(train.size() + val.size()));
+  // ~30% of ~40 pieces per document: every non-empty document gives some, the share is near 0.3.
+  EXPECT_EQ(docs_with_val, 7u);
+  EXPECT_GT(val_bytes, all_bytes / 8);
+  EXPECT_LT(val_bytes, all_bytes / 2);
+  // The pieces do not depend on the tokenizer chunking or the thread count.
+  EXPECT_EQ(std::get<1>(run(1, int64_t{1} << 20)), files);
+}
+
+TEST(Prepare, ValSampleErrorsNameTheProblem) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  Corpus corpus(rng, 3);
+  TempDir out;
+  PrepareOptions o;
+  o.inputs = {corpus.dir.path()};
+  o.out_dir = out.path();
+  o.val_sample = 1.0;
+  auto message = [&] {
+    try {
+      prepare_shards(o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message().find("val_sample must be in [0, 1)"), std::string::npos) << message();
+  o.val_sample = 1e-12;  // three short documents: no piece falls below this
+  EXPECT_NE(message().find("chose none of the training pieces"), std::string::npos) << message();
+  o.val_sample = 0.5;
+  o.val_piece_bytes = 0;
+  EXPECT_NE(message().find("val_piece_bytes must be positive"), std::string::npos) << message();
 }
 
 TEST(Prepare, RerunReplacesShardsAndRemovesStaleOnes) {
