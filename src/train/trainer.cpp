@@ -121,8 +121,10 @@ void Trainer::set_up() {
   engine_ = make_engine(cfg_, recipe_, dist_.local_rank);
   if (dist_.launched) set_up_data_parallel(ckpt ? ckpt->step() : -1);
   if (recipe_.osci_reset.enabled) {
-    FP4_CHECK(!dist_.launched, "recipe ", recipe_.name,
-              ": osci_reset does not run with data parallelism yet (train on one process)");
+    // Data parallelism: every rank runs its own replica of the tracker. After each step's all-gather
+    // the ranks hold the same master weights bit for bit, and the tracker is a deterministic function
+    // of them, so every rank tracks and resets the same elements to the same values: no collective is
+    // needed and the ranks stay identical (docs/DIST.md, "OsciReset under data parallelism").
     osci_ = std::make_unique<OsciReset>(recipe_.osci_reset, cfg_.train.steps,
                                         osci_targets(engine_->parameters(), recipe_, cfg_.model.n_layers));
   }
