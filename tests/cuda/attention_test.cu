@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -370,11 +371,59 @@ TEST(AttentionVariants, EveryTileConfigurationMatchesReference) {
         expect_matches(dev.run(variant_launchers(fv, attn::default_backward_variant(D))), ref);
       }
       for (const attn::BwdVariant& bv : attn::backward_variants()) {
-        if (bv.head_dim != D) continue;
+        if (bv.head_dim != D || (bv.wgmma && !attn::device_has_wgmma())) continue;
         SCOPED_TRACE(describe(s) + " " + bv.name);
         expect_matches(dev.run(variant_launchers(attn::default_forward_variant(D), bv)), ref);
       }
     }
+  }
+}
+
+// The wgmma backward (the default on Hopper) on the shapes that stress its tiling: 128-key CTAs of two
+// 64-key warpgroups and 64-query steps, so T = 1, T just under / at / over 64 and 128, odd T, several B and H,
+// padded layouts; each compared with the double reference and with the mma.sync fallback kernel.
+TEST(AttentionWgmma, BackwardMatchesReferenceAndFallback) {
+  if (!attn::device_has_wgmma()) GTEST_SKIP() << "no sm_90 device";
+  for (const attn::BwdVariant& bv : attn::backward_variants()) {
+    if (!bv.wgmma) continue;
+    const int D = bv.head_dim;
+    const attn::BwdVariant* fallback = nullptr;
+    for (const attn::BwdVariant& other : attn::backward_variants())
+      if (!other.wgmma && other.head_dim == D && fallback == nullptr) fallback = &other;
+    ASSERT_NE(fallback, nullptr);
+    for (const Case c : {Case{{1, 1, 1, D}, {}}, Case{{2, 63, 2, D}, {}}, Case{{1, 64, 1, D}, {8, 8, 8}},
+                         Case{{1, 65, 3, D}, {}}, Case{{3, 127, 2, D}, {}}, Case{{1, 128, 1, D}, {}},
+                         Case{{2, 129, 1, D}, {0, 16, 8}}, Case{{1, 191, 2, D}, {}}, Case{{2, 256, 2, D}, {}},
+                         Case{{1, 555, 1, D}, {}}, Case{{1, 1024, 2, D}, {}}}) {
+      SCOPED_TRACE(describe(c.s) + " " + bv.name);
+      const Inputs in = make_inputs(c.s, 3100u + static_cast<uint32_t>(c.s.T * 7 + c.s.B * 3 + c.s.H + D), 1.f);
+      const Reference ref = reference_attention(in);
+      DeviceProblem dev(in, c.lay);
+      const GpuResult fast = dev.run(variant_launchers(attn::default_forward_variant(D), bv));
+      expect_matches(fast, ref);
+      const GpuResult slow = dev.run(variant_launchers(attn::default_forward_variant(D), *fallback));
+      // Same products in another order: the two kernels agree far more closely than either with the reference.
+      EXPECT_LT(rel_error(fast.dk, std::vector<double>(slow.dk.begin(), slow.dk.end())), 5e-3) << "dk vs fallback";
+      EXPECT_LT(rel_error(fast.dv, std::vector<double>(slow.dv.begin(), slow.dv.end())), 5e-3) << "dv vs fallback";
+      EXPECT_LT(rel_error(fast.dq, std::vector<double>(slow.dq.begin(), slow.dq.end())), 5e-3) << "dq vs fallback";
+    }
+  }
+}
+
+// Large scores through the wgmma backward (the public entry point picks it on Hopper), and the environment
+// switch FP4_ATTENTION_BWD=mma selects the mma.sync fallback instead.
+TEST(AttentionWgmma, DefaultOnHopperAndEnvironmentFallback) {
+  if (!attn::device_has_wgmma()) GTEST_SKIP() << "no sm_90 device";
+  for (const int D : {64, 128}) {
+    EXPECT_TRUE(attn::default_backward_variant(D).wgmma) << "D=" << D;
+    ASSERT_EQ(setenv("FP4_ATTENTION_BWD", "mma", 1), 0);
+    EXPECT_FALSE(attn::default_backward_variant(D).wgmma) << "D=" << D;
+    ASSERT_EQ(unsetenv("FP4_ATTENTION_BWD"), 0);
+    const Shape s{2, 333, 2, D};
+    const Inputs in = make_inputs(s, 6060u + static_cast<uint32_t>(D), 4.f);
+    const Reference ref = reference_attention(in);
+    DeviceProblem dev(in, Layout{});
+    expect_matches(dev.run(public_launchers()), ref);
   }
 }
 

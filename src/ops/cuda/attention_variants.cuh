@@ -22,12 +22,18 @@ struct BwdVariant {
   const char* name;
   int head_dim;
   void (*launch)(const BwdArgs&, cudaStream_t);
+  bool wgmma = false;  // needs an sm_90 device (Hopper warpgroup MMA)
 };
+
+// Whether the current device runs the wgmma kernels (compute capability 9.0: sm_90a code).
+bool device_has_wgmma();  // defined in attention_bwd.cu
 
 std::span<const FwdVariant> forward_variants();   // defined in attention_fwd.cu
 std::span<const BwdVariant> backward_variants();  // defined in attention_bwd.cu
 
-// The default configuration for head size D: the first one listed. Throws for an unsupported D.
+// The default configuration for head size D: the first one listed. Throws for an unsupported D. The
+// backward skips wgmma configurations on a device without them, and when the environment variable
+// FP4_ATTENTION_BWD is "mma" (the mma.sync kernel, kept as the fallback).
 const FwdVariant& default_forward_variant(int D);
 const BwdVariant& default_backward_variant(int D);
 
