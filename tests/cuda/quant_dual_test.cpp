@@ -27,8 +27,29 @@ std::string describe_case(const DualCase& c) {
 
 // One shape of one combination: CPU quantize_dual on a worker thread, the GPU's amax pre-pass and fused
 // quantizer, everything compared (codes, scales, outer scales, amax, non-finite counts, dequant output).
-Diff run_dual(std::mt19937_64& g, const DualCase& c, int64_t rows, int64_t cols, bool specials, int variant) {
-  const HostInput in = cudatest::random_input(g, rows, cols, c.dtype, specials);
+// Multiplies rows [r0, r1) and columns [c0, c1) of the input by `factor` (BF16 inputs are re-rounded).
+struct Rescale {
+  int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
+  float factor = 1.0f;
+};
+
+void apply_rescale(HostInput& in, const Rescale& s) {
+  for (int64_t r = 0; r < in.rows; ++r)
+    for (int64_t c = 0; c < in.cols; ++c) {
+      if (!((r >= s.r0 && r < s.r1) || (c >= s.c0 && c < s.c1))) continue;
+      float& v = in.values[r * in.cols + c];
+      v *= s.factor;
+      if (in.dtype == QuantIoType::kBF16) {
+        in.bf16[r * in.cols + c] = bf16_bits_rne(v);
+        v = bf16_bits_to_float(in.bf16[r * in.cols + c]);
+      }
+    }
+}
+
+Diff run_dual(std::mt19937_64& g, const DualCase& c, int64_t rows, int64_t cols, bool specials, int variant,
+              const Rescale& rescale = {}) {
+  HostInput in = cudatest::random_input(g, rows, cols, c.dtype, specials);
+  apply_rescale(in, rescale);
   const QuantRandomness rnd_r = cudatest::randomness(g, c.rows.rht_n);
   const QuantRandomness rnd_c = cudatest::randomness(g, c.cols.rht_n);
   auto want_future = std::async(std::launch::async, [&] {
@@ -175,6 +196,16 @@ TEST(QuantDualCuda, MatchesCpuReferenceForRecipeOperandsOnLargeTensors) {
        spec(OuterScale::kTensor, Rounding::kSr, 16), 1008, 1536},
       {"tensor rows, aligned tensor cols", spec(OuterScale::kTensor, Rounding::kRtn, 0),
        spec(OuterScale::kTensor, Rounding::kSr, 16, false, kAligned), 1008, 1024},
+      // The specialized kernel's tensor-scale pairs with partial tiles in both directions (T's scale rows
+      // then are not 8-byte aligned), and its block128 pairs over odd tile counts.
+      {"nvidia Q3/Q5, partial tiles", spec(OuterScale::kTensor, Rounding::kSr, 0),
+       spec(OuterScale::kTensor, Rounding::kSr, 16), 1040, 1168},
+      {"nvidia Q1/Q6, partial tiles", spec(OuterScale::kTensor, Rounding::kRtn, 0),
+       spec(OuterScale::kTensor, Rounding::kRtn, 16), 272, 1040},
+      {"tetrajet Q1/Q6, odd tiles", spec(OuterScale::kBlock128, Rounding::kRtn, 0),
+       spec(OuterScale::kBlock128, Rounding::kSr, 16, false, kAligned), 384, 1152},
+      {"tetrajet Q3/Q5, odd tiles", spec(OuterScale::kBlock128, Rounding::kSr, 16),
+       spec(OuterScale::kBlock128, Rounding::kSr, 16), 640, 1408},
   };
   int variant = 1;
   for (const Named& n : cases)
@@ -185,6 +216,32 @@ TEST(QuantDualCuda, MatchesCpuReferenceForRecipeOperandsOnLargeTensors) {
                   static_cast<long long>(n.c), cudatest::io_name(dtype), d.summary().c_str());
       EXPECT_EQ(d.total(), 0) << n.name << " " << cudatest::io_name(dtype) << ": " << d.summary();
     }
+}
+
+// Tile bands scaled by 2^-120, so that whole 128-blocks along either dimension hold values near and below
+// FP32's normal range: block128 divisors p = s_in * s_out become subnormal or zero, the rare path of the
+// specialized kernel's encoder (and of the reference's division), for every operand pair of the recipes.
+TEST(QuantDualCuda, MatchesCpuReferenceWhereBlockDivisorsUnderflow) {
+  const uint64_t seed = cudatest::test_seed();
+  SCOPED_TRACE(cudatest::seed_note(seed));
+  std::mt19937_64 g(seed);
+  const QuantSource kAligned = QuantSource::kAligned;
+  const DualCase cases[] = {
+      {spec(OuterScale::kBlock128, Rounding::kRtn, 0), spec(OuterScale::kBlock128, Rounding::kSr, 16, false, kAligned),
+       QuantIoType::kBF16},
+      {spec(OuterScale::kBlock128, Rounding::kRtn, 0), spec(OuterScale::kBlock128, Rounding::kSr, 16, false, kAligned),
+       QuantIoType::kF32},
+      {spec(OuterScale::kBlock128, Rounding::kSr, 16), spec(OuterScale::kBlock128, Rounding::kSr, 16),
+       QuantIoType::kBF16},
+      {spec(OuterScale::kTensor, Rounding::kSr, 0), spec(OuterScale::kTensor, Rounding::kSr, 16), QuantIoType::kBF16},
+  };
+  const Rescale band{128, 256, 128, 256, std::ldexp(1.0f, -120)};
+  int variant = 1;
+  for (const DualCase& c : cases) {
+    const Diff d = run_dual(g, c, 384, 512, false, variant++, band);
+    std::printf("[dual] tiny bands %s: %s\n", describe_case(c).c_str(), d.summary().c_str());
+    EXPECT_EQ(d.total(), 0) << describe_case(c) << ": " << d.summary();
+  }
 }
 
 }  // namespace

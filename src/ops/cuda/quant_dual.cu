@@ -9,6 +9,8 @@
 // whole block128 groups and RHT segments of T. The small tiles (20 KB codes, 32 KB BF16 instead of 64 KB
 // FP32) let three thread blocks share an SM, which hides the global loads of one behind another's work.
 #include "ops/cuda/quant_common.cuh"
+#include "ops/cuda/quant_dual_args.cuh"
+#include "ops/cuda/quant_dual_fast.cuh"
 #include "ops/cuda/quant_launch.cuh"
 
 namespace fp4 {
@@ -85,22 +87,7 @@ __device__ __forceinline__ void load_col16(const uint8_t* smem, int r0, int cl, 
   }
 }
 
-struct DualArgs {
-  const void* x;
-  int64_t rows, cols;
-  qk::Nvfp4Params pr, pc;  // row / column (transposed) operand
-  int rht_r, rht_c;
-  RhtSigns signs_r, signs_c;
-  const float* amax_r;
-  const float* amax_c;
-  Nvfp4DeviceView out_r, out_c;
-  unsigned long long* nonfinite_r;
-  unsigned long long* nonfinite_c;
-  bool aligned;
-  void* dq;
-  bool dq_bf16, dq_apply;
-  float* amax_c_out;  // kAmaxOnly: where the amax of the transformed T goes
-};
+using dual::DualArgs;
 
 // Phase 1: thread = one 16-element block of 4 tile rows (rows s * 32 + warp * 4 + lane / 8); the 8 lanes
 // of a row hold its 128 columns.
@@ -352,14 +339,67 @@ void launch_dual(const DualArgs& a, unsigned grid, cudaStream_t stream) {
   FP4_CUDA_CHECK_LAUNCH("quantize_dual_kernel");
 }
 
+constexpr uint32_t kNoFastMode = ~0u;
+
+// The mode bits of quant_dual_fast.cuh for this call, or kNoFastMode when the specialized kernel cannot take it
+// (Four Over Six, RHT wider than 16, an FP32 original source, or an operand too large for 32-bit SR
+// counters).
+uint32_t fast_mode(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols) {
+  const QuantSpec& r = rows.spec;
+  const QuantSpec& c = cols.spec;
+  const bool aligned = c.source == QuantSource::kAligned;
+  if (r.four_over_six != FourOverSix::kOff || c.four_over_six != FourOverSix::kOff) return kNoFastMode;
+  if (r.rht_n > 16 || c.rht_n > 16) return kNoFastMode;
+  if (!aligned && x.dtype != QuantIoType::kBF16) return kNoFastMode;
+  if (x.rows * x.cols >= (int64_t{1} << 34)) return kNoFastMode;
+  uint32_t m = 0;
+  if (x.dtype == QuantIoType::kF32) m |= dual::kF32In;
+  if (aligned) m |= dual::kAlignedSrc;
+  if (r.outer == OuterScale::kBlock128) m |= dual::kRowB128;
+  if (r.rounding == Rounding::kSr) m |= dual::kRowSr;
+  if (r.rht_n == 16) m |= dual::kRowRht;
+  if (c.outer == OuterScale::kBlock128) m |= dual::kColB128;
+  if (c.rounding == Rounding::kSr) m |= dual::kColSr;
+  if (c.rht_n == 16) m |= dual::kColRht;
+  return m;
+}
+
+template <uint32_t M>
+void launch_fast(const DualArgs& a, unsigned grid, cudaStream_t stream) {
+  auto kernel = dual::quantize_dual_fast_kernel<M>;
+  FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dual::kFastSmemBytes));
+  kernel<<<grid, dual::kFastThreads, dual::kFastSmemBytes, stream>>>(a);
+  FP4_CUDA_CHECK_LAUNCH("quantize_dual_fast_kernel");
+}
+
+// The operand pairs of the recipes get the specialized kernel: TetraJet-v2's X/X^T and W/W^T (block128
+// RTN rows, aligned block128 SR RHT16 columns; BF16 and FP32 input) and dY/dY^T (block128 SR RHT16 both),
+// NVIDIA's X/X^T (tensor RTN rows, tensor RTN RHT16 columns) and dY/dY^T (tensor SR, tensor SR RHT16).
+constexpr uint32_t kTetraXt = dual::kAlignedSrc | dual::kRowB128 | dual::kColB128 | dual::kColSr | dual::kColRht;
+constexpr uint32_t kTetraDy = dual::kRowB128 | dual::kRowSr | dual::kRowRht | dual::kColB128 | dual::kColSr | dual::kColRht;
+constexpr uint32_t kNvidiaXt = dual::kColRht;
+constexpr uint32_t kNvidiaDy = dual::kRowSr | dual::kColSr | dual::kColRht;
+
+bool try_launch_fast(uint32_t mode, const DualArgs& a, unsigned grid, cudaStream_t stream) {
+  switch (mode) {
+    case kTetraXt: launch_fast<kTetraXt>(a, grid, stream); return true;
+    case kTetraXt | dual::kF32In: launch_fast<kTetraXt | dual::kF32In>(a, grid, stream); return true;
+    case kTetraDy: launch_fast<kTetraDy>(a, grid, stream); return true;
+    case kNvidiaXt: launch_fast<kNvidiaXt>(a, grid, stream); return true;
+    case kNvidiaDy: launch_fast<kNvidiaDy>(a, grid, stream); return true;
+    default: return false;
+  }
+}
+
 // The tile kind: codes for an aligned source, the input itself for an original one (BF16 when the input
 // is BF16), FP32 whenever the column RHT is wider than 16 (it transforms in place).
 template <bool kAmaxOnly>
-void launch_dual(const DeviceInput& x, const DualArgs& a, cudaStream_t stream) {
+void launch_dual(const DeviceInput& x, const DualArgs& a, cudaStream_t stream, uint32_t fast = kNoFastMode) {
   const int64_t tiles = qk::ceil_div(x.rows, kTile) * qk::ceil_div(x.cols, kTile);
   FP4_CHECK(tiles < (int64_t{1} << 31), "quantize_dual_cuda: tensor [", x.rows, " x ", x.cols,
             "] is too large for one launch");
   const unsigned grid = static_cast<unsigned>(tiles);
+  if (!kAmaxOnly && try_launch_fast(fast, a, grid, stream)) return;
   const bool wide = a.rht_c > 16;
   if (x.dtype == QuantIoType::kF32) {
     if (a.aligned && !wide)
@@ -425,7 +465,7 @@ void quantize_dual_cuda(const DeviceInput& x, const DualOperand& rows, const Dua
   a.dq = dequant_rows.data;
   a.dq_bf16 = dequant_rows.dtype == QuantIoType::kBF16;
   a.dq_apply = dequant_rows.apply_tensor_scale;
-  launch_dual<false>(x, a, stream);
+  launch_dual<false>(x, a, stream, fast_mode(x, rows, cols));
 }
 
 void amax_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols, float* amax_rows_device,

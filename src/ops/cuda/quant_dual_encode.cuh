@@ -1,0 +1,96 @@
+// Element encoding of one 1x16 NVFP4 block for the specialized dual kernel: the same bits as
+// nvfp4_encode_block128 / nvfp4_encode_tensor (src/numerics/nvfp4_block.h), written so that the common
+// case has no per-element branch and no byte arithmetic. The E2M1 index is kept as "grid bits": the bits
+// of a * 2^-126 after rounding, index in bits 22..24 (e2m1_grid_index's form), bits above 24 zero.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "numerics/formats.h"
+#include "numerics/nvfp4_block.h"
+#include "numerics/philox.h"
+
+namespace fp4::dual {
+
+inline constexpr float kIndex7Bits = 6.0f * kTwoPowMinus126;  // bits 7 << 22
+
+// e2m1_rtn_index(a) << 22, with zero bits below (a rounded value is a grid point or saturates).
+__device__ __forceinline__ uint32_t rtn_grid_bits(float a) {
+  const float binade = bits_float(float_bits(a) & 0x7F800000u);
+  const float magic = mul_rn(max_f(1.0f, binade), 6291456.0f);
+  const float r = mul_rn(add_rn(add_rn(a, magic), -magic), kTwoPowMinus126);
+  return float_bits(fminf(r, kIndex7Bits));  // fminf keeps the number: NaN saturates to index 7 as well
+}
+
+// e2m1_sr_index(a, random) in bits 22..24 (bits below are left over): with u = random >> 10 and
+// c = ~random >> 10 = 2^22 - 1 - u, the carry of s + c out of the low 22 bits is (u < (s & 0x3FFFFF)),
+// exactly the reference's round-up decision. a >= 0 (or a NaN without its sign), so s + c cannot wrap.
+__device__ __forceinline__ uint32_t sr_grid_bits(float a, uint32_t random) {
+  const uint32_t s = float_bits(mul_rn(a, kTwoPowMinus126));
+  return min(s + (~random >> 10), 0x01FFFFFFu);
+}
+
+// Shifts the codes in w up by one nibble and puts below them the code of grid bits g and the sign of x.
+// Elements are pushed last first, so element 0 ends in the low nibble.
+__device__ __forceinline__ uint32_t push_code(uint32_t w, uint32_t g, float x) {
+  const uint32_t top = (g << 6) | (float_bits(x) & 0x80000000u);  // sign at 31, index at 28..30
+  return __funnelshift_l(top, w, 4);                               // (w << 4) | (top >> 28)
+}
+
+// The E2M1 value of grid bits g with the sign of x: e2m1_decode of the code push_code stores.
+__device__ __forceinline__ float grid_value(uint32_t g, float x) {
+  return mul_rn(bits_float((g & 0x01C00000u) | (float_bits(x) & 0x80000000u)), kTwoPow126);
+}
+
+// block128_quotient(|x|, d) for a divisor with d.r != 0 (the reciprocal path, always taken then).
+__device__ __forceinline__ float quotient_fast(float x, const Block128Divisor& d) {
+  const float s = mul_rn(fabsf(x), d.scale);
+  float q = mul_rn(s, d.r);
+  q = fma_rn(fma_rn(-q, d.m, s), d.r, q);
+  return fma_rn(fma_rn(-q, d.m, s), d.r, q);
+}
+
+// Codes of a block (8 bytes, low nibble = element 0) and, when asked, the E2M1 values q of those codes.
+// mult is p = s_in * s_out (block128) or e_b (tensor). ctr0 = (operand index of element 0) / 4: the SR
+// words are Philox blocks ctr0 .. ctr0 + 3. The 32-bit counter (the host checks that the operand has fewer
+// than 2^34 elements) makes the counter's high word a compile-time zero; the words are the same.
+// Block128: a divisor outside the reciprocal's range [2^-126, 2^126] (zero, subnormal) is scaled into it
+// together with the block (v is scaled in place: callers do not read it afterwards). By a power of two
+// both are exact, except values so far below p that their quotient, and so their code, is zero either way;
+// p == 0 keeps a zero divisor, whose quotients are 0 (the reference's sign-only codes). A NaN divisor
+// (the NaN scale of a non-finite block) gives NaN quotients, as the reference's division.
+template <bool kB128, bool kSr, bool kWantQ>
+__device__ __forceinline__ uint2 encode_block(float (&v)[16], float mult, const RngStream& rng, uint32_t ctr0,
+                                              float (&q)[16]) {
+  Block128Divisor d{};
+  if constexpr (kB128) {
+    if (!(mult >= kTwoPowMinus126 && mult <= kTwoPow126)) {
+      const float k = mult > 1.0f ? 5.9604644775390625e-8f : 16777216.0f;  // 2^-24 or 2^24
+#pragma unroll
+      for (int i = 0; i < 16; ++i) v[i] = mul_rn(v[i], k);
+      mult = mul_rn(mult, k);
+    }
+    d = block128_divisor(mult);
+    if (mult == 0.0f) d = Block128Divisor{1.0f, 1.0f, 0.0f};  // |x| * 0: every quotient is 0
+  }
+  uint32_t w[2] = {0, 0};
+#pragma unroll
+  for (int g = 3; g >= 0; --g) {
+    Philox4 r{{0, 0, 0, 0}};
+    if constexpr (kSr) r = philox_block(rng, static_cast<uint64_t>(ctr0 + static_cast<uint32_t>(g)));
+#pragma unroll
+    for (int k = 3; k >= 0; --k) {
+      const int i = 4 * g + k;
+      const float x = kB128 ? v[i] : mul_rn(v[i], mult);  // the value whose sign the code carries
+      const float a = kB128 ? quotient_fast(v[i], d) : fabsf(x);
+      const uint32_t gb = kSr ? sr_grid_bits(a, r.v[k]) : rtn_grid_bits(a);
+      w[i >> 3] = push_code(w[i >> 3], gb, x);
+      if constexpr (kWantQ) q[i] = grid_value(gb, x);
+    }
+  }
+  return make_uint2(w[0], w[1]);
+}
+
+}  // namespace fp4::dual

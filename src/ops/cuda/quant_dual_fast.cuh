@@ -1,0 +1,321 @@
+// The fused dual quantizer specialized at compile time for the recipes' operand pairs: 1x16 blocks, no Four
+// Over Six, RHT of 16 or none on either side, a BF16 original source or an aligned one. Fixing the modes
+// removes the general kernel's run-time branches (and most of its code size), so the per-element work is
+// the arithmetic of src/numerics/ and little else. The outputs are byte-identical to the CPU reference:
+// every rounding goes through the same functions.
+//
+// Layout (one 256-thread block per 128 x 128 tile of x, as the general kernel):
+//  - phase 1: thread = one 16-column block of 4 tile rows; row operand quantized and stored; the tile
+//    keeps the column operand's source as BF16 words: the input itself (original) or the E2M1 values
+//    q of the row codes (aligned, with the block multipliers beside them), the column RHT's signs
+//    already applied (sign flips are exact, and flipping here costs one XOR per two elements);
+//  - phase 2: thread = tile column cl, rows hh * 64 .. + 63 (four T-blocks, held in registers);
+//    codes and scales of T go through shared memory and leave in whole 64-byte row segments.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ops/cuda/quant_dual_args.cuh"
+#include "ops/cuda/quant_dual_encode.cuh"
+
+namespace fp4::dual {
+
+// Mode bits (the template parameter of the kernel).
+inline constexpr uint32_t kF32In = 1, kAlignedSrc = 2, kRowB128 = 4, kRowSr = 8, kRowRht = 16, kColB128 = 32,
+                          kColSr = 64, kColRht = 128;
+
+inline constexpr int kFastThreads = 256;
+inline constexpr int kFastTile = 128;
+inline constexpr int kStageStride = 80;  // bytes per T row in the code stage: 64 + 16 keeps STS.128 conflict-free
+
+// Dynamic shared memory: BF16 tile, block multipliers [8][128], T code stage, T scale stage.
+inline constexpr int kTileOff = 0, kMultOff = 32768, kCodeOff = kMultOff + 4096, kScaleOff = kCodeOff + 128 * kStageStride;
+inline constexpr int kFastSmemBytes = kScaleOff + 128 * 8;
+
+// Running max of |x| that keeps NaN (max.NaN): one instruction; a NaN or Inf in a block shows in the result.
+__device__ __forceinline__ float max_abs_nan(float m, float x) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(m), "f"(fabsf(x)));
+  return r;
+}
+
+// Two floats as BF16 (round to nearest even; lo in the low half). NaN gives the canonical NaN, which the
+// CPU's bf16_bits_rne does not: the tests accept any NaN for any NaN.
+__device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+template <int H>
+__device__ __forceinline__ void butterflies(float (&v)[16]) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+    if ((j & H) == 0) {
+      const float x = v[j], y = v[j + H];
+      v[j] = add_rn(x, y);
+      v[j + H] = add_rn(x, -y);
+    }
+}
+
+// The RHT16 of a block whose signs are already applied: butterflies h = 1..8 and the 1/4 scaling, as
+// hadamard.h's rht_segment<16> orders them.
+__device__ __forceinline__ void hadamard16_scaled(float (&v)[16]) {
+  butterflies<1>(v);
+  butterflies<2>(v);
+  butterflies<4>(v);
+  butterflies<8>(v);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v[i] = mul_rn(v[i], 0.25f);
+}
+
+// amax of a block as amax_finite16 gives it; `bad` and the non-finite count when the block has NaN/Inf.
+__device__ __forceinline__ float block_amax(const float (&v)[16], bool& bad, unsigned& nonfinite) {
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) m = max_abs_nan(m, v[i]);
+  bad = !(m <= kFloatMax);
+  if (bad) {  // rare: the reference's finite-only maximum
+    bool unused = false;
+    m = amax_finite16(v, unused);
+    nonfinite += static_cast<unsigned>(qk::count_nonfinite16(v));
+  }
+  return m;
+}
+
+// Scale code and element multiplier of a block: p = s_in * s_out (block128) or e_b (tensor).
+template <bool kB128>
+__device__ __forceinline__ uint8_t block_scale(const qk::Nvfp4Params& p, float amax16, float outer, bool bad,
+                                               float& mult) {
+  if constexpr (kB128) {
+    const uint8_t s = bad ? kE4m3Nan : nvfp4_scale_block128(amax16, outer, p.target);
+    mult = e4m3_decode(s) * outer;
+    return s;
+  } else {
+    const uint8_t s = bad ? kE4m3Nan : nvfp4_scale_tensor(amax16, p.ts, p.target);
+    mult = nvfp4_encode_multiplier(s, p.ts.s_dec);
+    return s;
+  }
+}
+
+template <uint32_t M>
+struct FastMode {
+  static constexpr bool kF32 = (M & kF32In) != 0, kAligned = (M & kAlignedSrc) != 0;
+  static constexpr bool kRB128 = (M & kRowB128) != 0, kRSr = (M & kRowSr) != 0, kRRht = (M & kRowRht) != 0;
+  static constexpr bool kCB128 = (M & kColB128) != 0, kCSr = (M & kColSr) != 0, kCRht = (M & kColRht) != 0;
+  static constexpr QuantIoType kIo = kF32 ? QuantIoType::kF32 : QuantIoType::kBF16;
+  static_assert(kAligned || !kF32, "an original FP32 source needs an FP32 tile: the general kernel takes it");
+};
+
+// Phase 1: the row operand, and the tile for phase 2.
+template <uint32_t M>
+__device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int64_t r0, int64_t c0, int nr, int nc) {
+  using F = FastMode<M>;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, j = lane & 7, cl = 16 * j;
+  qk::Nvfp4Params p = a.pr;
+  if constexpr (!F::kRB128) qk::load_tensor_scale(p, a.amax_r);
+  const uint32_t row_neg = F::kRRht ? (a.signs_r.mask[0] & 0xFFFFu) : 0u;
+  const uint32_t col_neg = F::kCRht ? (a.signs_c.mask[0] & 0xFFFFu) : 0u;
+  uint16_t* tile = reinterpret_cast<uint16_t*>(smem + kTileOff);
+  float* mult_tile = reinterpret_cast<float*>(smem + kMultOff);
+  const bool want_q = F::kAligned || a.dq != nullptr;
+
+  constexpr int kBatch = F::kF32 ? 2 : 4;  // blocks whose loads are in flight together
+  unsigned nonfinite = 0;
+#pragma unroll
+  for (int s0 = 0; s0 < 4; s0 += kBatch) {
+    qk::Raw16<F::kIo> raw[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int rl = (s0 + b) * 32 + warp * 4 + (lane >> 3);
+      if (rl < nr && cl < nc)
+        qk::load_raw16<F::kIo>(a.x, (r0 + rl) * a.cols + c0 + cl, raw[b]);
+      else
+        qk::zero_raw16<F::kIo>(raw[b]);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int rl = (s0 + b) * 32 + warp * 4 + (lane >> 3);
+      const bool active = rl < nr && cl < nc;
+      const bool col_flip = ((col_neg >> (rl & 15)) & 1u) != 0;
+      // Lanes 4..7 of a row write their two 16-byte halves in the other order: conflict-free stores.
+      const int h = (j >> 2) & 1;
+      uint4* tile_dst = reinterpret_cast<uint4*>(tile + rl * kFastTile + cl);
+      if constexpr (!F::kAligned) {
+        const uint32_t flip = col_flip ? 0x80008000u : 0u;
+        const uint4 w0 = h ? raw[b].w[1] : raw[b].w[0], w1 = h ? raw[b].w[0] : raw[b].w[1];  // selects: no local copy
+        tile_dst[h] = make_uint4(w0.x ^ flip, w0.y ^ flip, w0.z ^ flip, w0.w ^ flip);
+        tile_dst[h ^ 1] = make_uint4(w1.x ^ flip, w1.y ^ flip, w1.z ^ flip, w1.w ^ flip);
+      }
+      float v[16];
+      qk::convert16<F::kIo>(raw[b], v);
+      if constexpr (F::kRRht) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) v[i] = bits_float(float_bits(v[i]) ^ (((row_neg >> i) & 1u) << 31));
+        hadamard16_scaled(v);
+      }
+      bool bad = false;
+      const float amax16 = block_amax(v, bad, nonfinite);
+      float outer, mult;
+      if constexpr (F::kRB128)
+        outer = nvfp4_block128_outer(qk::max8_lanes(amax16), false, p.target);
+      else
+        outer = p.ts.s_dec;
+      const uint8_t scale = block_scale<F::kRB128>(p, amax16, outer, bad, mult);
+      const int64_t i0 = (r0 + rl) * a.cols + c0 + cl;
+      float q[16];
+      uint2 codes;
+      if (want_q)
+        codes = encode_block<F::kRB128, F::kRSr, true>(v, mult, p.rng, static_cast<uint32_t>(i0 >> 2), q);
+      else
+        codes = encode_block<F::kRB128, F::kRSr, false>(v, mult, p.rng, static_cast<uint32_t>(i0 >> 2), q);
+      // The dequantized value's factor after q: p (block128) or s_b (tensor; S_dec follows).
+      const float s_b = F::kRB128 ? mult : e4m3_decode(scale);
+      if (active) {
+        *reinterpret_cast<uint2*>(a.out_r.codes + i0 / 2) = codes;
+        a.out_r.scales[i0 / 16] = scale;
+        if (F::kRB128 && j == 0) a.out_r.outer[i0 / 128] = outer;
+        if (a.dq != nullptr) {
+          float d[16];
+#pragma unroll
+          for (int i = 0; i < 16; ++i) {
+            d[i] = mul_rn(q[i], s_b);
+            if (!F::kRB128 && a.dq_apply) d[i] = mul_rn(d[i], outer);
+          }
+          if (a.dq_bf16) {
+            uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(a.dq) + i0);
+#pragma unroll
+            for (int c = 0; c < 2; ++c)
+              dst[c] = make_uint4(bf16x2_rn(d[8 * c], d[8 * c + 1]), bf16x2_rn(d[8 * c + 2], d[8 * c + 3]),
+                                  bf16x2_rn(d[8 * c + 4], d[8 * c + 5]), bf16x2_rn(d[8 * c + 6], d[8 * c + 7]));
+          } else {
+            float4* dst = reinterpret_cast<float4*>(static_cast<float*>(a.dq) + i0);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) dst[c] = make_float4(d[4 * c], d[4 * c + 1], d[4 * c + 2], d[4 * c + 3]);
+          }
+        }
+      }
+      if constexpr (F::kAligned) {
+        // q as BF16 words (exact: E2M1 values have two significant bits), zeros outside the tensor.
+        uint32_t w[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w[i] = active ? __byte_perm(float_bits(q[2 * i]), float_bits(q[2 * i + 1]), 0x7632) : 0u;
+        const uint4 lo = make_uint4(w[0], w[1], w[2], w[3]), hi = make_uint4(w[4], w[5], w[6], w[7]);
+        tile_dst[h] = h ? hi : lo;
+        tile_dst[h ^ 1] = h ? lo : hi;
+        const float m = active ? s_b : 0.0f;
+        mult_tile[j * kFastTile + rl] = col_flip ? -m : m;
+      }
+    }
+  }
+  qk::warp_count_add(nonfinite, a.nonfinite_r);
+  if (!F::kRB128 && blockIdx.x == 0 && threadIdx.x == 0) a.out_r.outer[0] = p.ts.s_dec;
+}
+
+// Phase 2: the column operand from the tile, codes and scales staged in shared memory.
+template <uint32_t M>
+__device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int64_t r0, int64_t c0, int nr, int nc) {
+  using F = FastMode<M>;
+  __shared__ float half_amax[2][kFastTile];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int hh = warp >> 2, cl = (warp & 3) * 32 + lane;
+  const uint16_t* tile = reinterpret_cast<const uint16_t*>(smem + kTileOff);
+  const float* mult_tile = reinterpret_cast<const float*>(smem + kMultOff);
+  float s_dec_rows = 1.0f;  // an aligned tensor-scaled row operand decodes as (q * s_b) * S_dec
+  if constexpr (F::kAligned && !F::kRB128) s_dec_rows = nvfp4_tensor_scale(*a.amax_r, false, a.pr.target).s_dec;
+
+  float v[4][16], amax16[4];
+  bool bad[4];
+  float m = 0.0f;
+  unsigned nonfinite = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int rb = hh * 64 + 16 * k;
+    if constexpr (F::kAligned) {
+      const float4* m4 = reinterpret_cast<const float4*>(mult_tile + (cl >> 4) * kFastTile + rb);
+      float mv[16];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const float4 f = m4[c];
+        mv[4 * c] = f.x, mv[4 * c + 1] = f.y, mv[4 * c + 2] = f.z, mv[4 * c + 3] = f.w;
+      }
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const float qv = bits_float(static_cast<uint32_t>(tile[(rb + i) * kFastTile + cl]) << 16);
+        v[k][i] = mul_rn(qv, mv[i]);
+        if constexpr (!F::kRB128) v[k][i] = mul_rn(v[k][i], s_dec_rows);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) v[k][i] = bits_float(static_cast<uint32_t>(tile[(rb + i) * kFastTile + cl]) << 16);
+    }
+    if constexpr (F::kCRht) hadamard16_scaled(v[k]);
+    amax16[k] = block_amax(v[k], bad[k], nonfinite);
+    m = max_f(m, amax16[k]);
+  }
+
+  qk::Nvfp4Params p = a.pc;
+  if constexpr (!F::kCB128) qk::load_tensor_scale(p, a.amax_c);
+  float outer = p.ts.s_dec;
+  if constexpr (F::kCB128) {  // T's 128-block = both halves of this column
+    half_amax[hh][cl] = m;
+    __syncthreads();
+    outer = nvfp4_block128_outer(max_f(half_amax[0][cl], half_amax[1][cl]), false, p.target);
+  }
+  const int64_t trow = c0 + cl;
+  uint2 codes[4];
+  uint32_t scales = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    float mult, unused[16];
+    const uint8_t scale = block_scale<F::kCB128>(p, amax16[k], outer, bad[k], mult);
+    const int64_t i0 = trow * a.rows + r0 + hh * 64 + 16 * k;
+    codes[k] = encode_block<F::kCB128, F::kCSr, false>(v[k], mult, p.rng, static_cast<uint32_t>(i0 >> 2), unused);
+    scales |= static_cast<uint32_t>(scale) << (8 * k);
+  }
+  uint4* cdst = reinterpret_cast<uint4*>(smem + kCodeOff + cl * kStageStride + hh * 32);
+  cdst[0] = make_uint4(codes[0].x, codes[0].y, codes[1].x, codes[1].y);
+  cdst[1] = make_uint4(codes[2].x, codes[2].y, codes[3].x, codes[3].y);
+  *reinterpret_cast<uint32_t*>(smem + kScaleOff + cl * 8 + hh * 4) = scales;
+  if (F::kCB128 && hh == 0 && cl < nc) a.out_c.outer[(trow * a.rows + r0) / 128] = outer;
+  qk::warp_count_add(nonfinite, a.nonfinite_c);
+  if (!F::kCB128 && blockIdx.x == 0 && threadIdx.x == 0) a.out_c.outer[0] = p.ts.s_dec;
+  __syncthreads();
+
+  // T rows leave as 64-byte segments (8 lanes a row) and 8-byte scale groups.
+  const int64_t code_stride = a.rows / 2, scale_stride = a.rows / 16;
+#pragma unroll
+  for (int it = 0; it < 4; ++it) {
+    const int item = threadIdx.x + kFastThreads * it, rt = item >> 3, ch = item & 7;
+    if (rt < nc && ch * 16 < nr)
+      *reinterpret_cast<uint2*>(a.out_c.codes + (c0 + rt) * code_stride + r0 / 2 + ch * 8) =
+          *reinterpret_cast<const uint2*>(smem + kCodeOff + rt * kStageStride + ch * 8);
+  }
+  if (threadIdx.x < nc) {
+    const int rt = threadIdx.x;
+    const uint8_t* src = smem + kScaleOff + rt * 8;
+    uint8_t* dst = a.out_c.scales + (c0 + rt) * scale_stride + r0 / 16;
+    if (nr == kFastTile && ((reinterpret_cast<uintptr_t>(dst) & 7) == 0)) {  // (scales are only byte-aligned)
+      *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(src);
+    } else {
+      for (int b = 0; b < nr / 16; ++b) dst[b] = src[b];
+    }
+  }
+}
+
+template <uint32_t M>
+__global__ void __launch_bounds__(kFastThreads, 2) quantize_dual_fast_kernel(DualArgs a) {
+  extern __shared__ float4 dual_fast_smem[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(dual_fast_smem);
+  const int64_t row_tiles = (a.rows + kFastTile - 1) / kFastTile;
+  const int64_t r0 = (blockIdx.x % row_tiles) * kFastTile, c0 = (blockIdx.x / row_tiles) * kFastTile;
+  const int nr = static_cast<int>(a.rows - r0 < kFastTile ? a.rows - r0 : kFastTile);
+  const int nc = static_cast<int>(a.cols - c0 < kFastTile ? a.cols - c0 : kFastTile);
+  fast_rows<M>(a, smem, r0, c0, nr, nc);
+  __syncthreads();
+  fast_cols<M>(a, smem, r0, c0, nr, nc);
+}
+
+}  // namespace fp4::dual
