@@ -40,8 +40,8 @@ pick_data() {
 }
 DATA=$(pick_data) || { echo "no data"; exit 1; }
 
-# run NAME GPUS OVERLAP RECIPE: prints the job's tokens/s (median of the second half of the steps:
-# start-up, cuBLASLt's first calls and NCCL's connections excluded), or nothing when the run failed.
+# run NAME GPUS OVERLAP RECIPE: writes the job's tokens/s to $out/NAME.tps (median of the second half
+# of the steps: start-up, cuBLASLt's first calls and NCCL's connections excluded); none when it failed.
 run() {
   local name=$1 n=$2 overlap=$3 recipe=$4 dir="$out/$1"
   local cmd=("$B/fp4train" train --config configs/runs/olmo2-70m.toml --set "model.preset=$MODEL" --recipe "$recipe"
@@ -54,19 +54,33 @@ run() {
   /usr/bin/env python3 -c "
 import json
 r = [json.loads(l)['tokens_per_s'] for l in open('$dir/metrics.jsonl') if '\"train\"' in l]
-r = sorted(r[len(r) // 2:]); print(f'{r[len(r) // 2]:.0f}')"
+r = sorted(r[len(r) // 2:]); print(f'{r[len(r) // 2]:.0f}')" >"$dir.tps"
   rm -rf "$dir/checkpoints"  # the final checkpoint (GBs) is not needed
 }
+tps_of() { cat "$out/$1.tps" 2>/dev/null; }
 
 t0=$SECONDS
+# The one-GPU baselines of the recipes run side by side, one per GPU (start-up dominates short runs).
+i=0
+for recipe in "${RECIPES[@]}"; do
+  if [ "$MAX_GPUS" -ge 2 ] && [ "$DEVICE" = cuda ]; then
+    CUDA_VISIBLE_DEVICES=$((i % MAX_GPUS)) run "$recipe-gpus1" 1 true "$recipe" &
+    [ $((++i % MAX_GPUS)) -ne 0 ] || wait
+  else
+    run "$recipe-gpus1" 1 true "$recipe"
+  fi
+done
+wait
 rows=()
 for recipe in "${RECIPES[@]}"; do
-  base=$(run "$recipe-gpus1" 1 true "$recipe")
+  base=$(tps_of "$recipe-gpus1")
   rows+=("| $recipe | 1 | - | $ROWS x $SEQ | ${base:-failed} | ${base:-} | 100% |")
   for n in 2 4 8; do
     [ "$n" -le "$MAX_GPUS" ] || break
     for overlap in true false; do
-      tps=$(run "$recipe-gpus$n-overlap-$overlap" "$n" "$overlap" "$recipe")
+      name="$recipe-gpus$n-overlap-$overlap"
+      run "$name" "$n" "$overlap" "$recipe"
+      tps=$(tps_of "$name")
       [ "$overlap" = true ] && mode=on || mode=off
       if [ -z "$tps" ] || [ -z "$base" ]; then
         rows+=("| $recipe | $n | $mode | $((ROWS * n)) x $SEQ | ${tps:-failed} | | |")
