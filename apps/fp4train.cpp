@@ -100,7 +100,8 @@ void report_command(ReportArgs& a) {
   for (const auto& r : a.runs) runs.push_back(fp4::summarize_run(r));
   a.options.svg_path = a.svg;
   std::fputs(fp4::write_report(runs, a.options).c_str(), stdout);
-  std::fprintf(stderr, "loss curves written to %s\n", a.svg.c_str());
+  std::fprintf(stderr, "loss curves written to %s (gaps to %s: %s)\n", a.svg.c_str(), a.options.baseline.c_str(),
+               fp4::gap_svg_path(a.svg).string().c_str());
 }
 
 void add_launch(CLI::App& app, fp4::LaunchOptions& a) {

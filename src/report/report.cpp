@@ -39,7 +39,41 @@ std::string run_label(const std::filesystem::path& dir) {
   return dir.filename().string();
 }
 
+std::vector<double> ema(const std::vector<double>& v, double smoothing) {
+  std::vector<double> out;
+  double e = v.empty() ? 0 : v.front();
+  for (double x : v) out.push_back(e = smoothing * e + (1 - smoothing) * x);
+  return out;
+}
+
+// Appends a(x) - b(x) for the x values both series hold (each sorted by x, as logged).
+void matched_difference(const std::vector<double>& xa, const std::vector<double>& ya, const std::vector<double>& xb,
+                        const std::vector<double>& yb, std::vector<double>& x, std::vector<double>& d) {
+  size_t j = 0;
+  for (size_t i = 0; i < xa.size(); ++i) {
+    while (j < xb.size() && xb[j] < xa[i]) ++j;
+    if (j < xb.size() && xb[j] == xa[i]) {
+      x.push_back(xa[i]);
+      d.push_back(ya[i] - yb[j]);
+    }
+  }
+}
+
 }  // namespace
+
+LossGap loss_gap(const RunSummary& run, const RunSummary& baseline, double smoothing) {
+  LossGap g;
+  matched_difference(run.val_tokens, run.val_losses, baseline.val_tokens, baseline.val_losses, g.val_tokens,
+                     g.val_gap);
+  matched_difference(run.train_tokens, ema(run.train_loss, smoothing), baseline.train_tokens,
+                     ema(baseline.train_loss, smoothing), g.train_tokens, g.train_gap);
+  return g;
+}
+
+std::filesystem::path gap_svg_path(const std::filesystem::path& svg_path) {
+  auto p = svg_path;
+  return p.replace_filename(svg_path.stem().string() + "-gap" + svg_path.extension().string());
+}
 
 RunSummary summarize_run(const std::filesystem::path& dir) {
   const auto metrics = dir / "metrics.jsonl";
@@ -81,10 +115,8 @@ std::string write_report(const std::vector<RunSummary>& runs, const ReportOption
   std::vector<PlotSeries> series;
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunSummary& r = runs[i];
-    PlotSeries train{r.label + " (train, EMA)", r.train_tokens, {}, false, static_cast<int>(i), false};
-    double ema = r.train_loss.front();
-    for (double l : r.train_loss) train.y.push_back(ema = opt.smoothing * ema + (1 - opt.smoothing) * l);
-    series.push_back(std::move(train));
+    series.push_back(
+        {r.label + " (train, EMA)", r.train_tokens, ema(r.train_loss, opt.smoothing), false, static_cast<int>(i), false});
     if (!r.val_losses.empty())
       series.push_back({r.label + " (validation)", r.val_tokens, r.val_losses, true, static_cast<int>(i), false});
   }
@@ -101,6 +133,20 @@ std::string write_report(const std::vector<RunSummary>& runs, const ReportOption
   };
   const RunSummary* base = find(opt.baseline);
   const RunSummary* ref = find(opt.reference);
+  if (base && runs.size() > 1) {
+    std::vector<PlotSeries> gaps;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (&runs[i] == base) continue;
+      LossGap g = loss_gap(runs[i], *base, opt.smoothing);
+      const int color = static_cast<int>(i);
+      gaps.push_back({runs[i].label + " (train, EMA)", g.train_tokens, g.train_gap, false, color, false});
+      if (!g.val_gap.empty()) gaps.push_back({runs[i].label + " (validation)", g.val_tokens, g.val_gap, true, color, false});
+    }
+    PlotSpec gap_spec = spec;
+    gap_spec.title = opt.title + ": loss minus " + opt.baseline + "'s";
+    gap_spec.y_label = "loss - " + opt.baseline + " loss (nats/token)";
+    write_file_atomically(gap_svg_path(opt.svg_path), render_svg(gap_spec, gaps));
+  }
   const double ref_gap = (base && ref) ? ref->val_loss - base->val_loss : kNaN;
   std::ostringstream t;
   t << "| run | tokens | train loss (last 5%) | val loss | val ppl | gap to " << opt.baseline << " (val loss) | "

@@ -31,7 +31,19 @@ struct ReportOptions {
   double smoothing = 0.9;  // EMA factor for the training-loss lines
 };
 
-// Writes the SVG and returns the table (Markdown).
+// A run's loss minus the baseline's, at the tokens both logged: the validation points and the
+// training-loss EMAs (same smoothing as the picture). Tokens that only one run logged are skipped.
+struct LossGap {
+  std::vector<double> val_tokens, val_gap;
+  std::vector<double> train_tokens, train_gap;
+};
+LossGap loss_gap(const RunSummary& run, const RunSummary& baseline, double smoothing);
+
+// Where the gap picture goes: the curves' path with "-gap" before the extension.
+std::filesystem::path gap_svg_path(const std::filesystem::path& svg_path);
+
+// Writes the SVG of the curves and, when the baseline run is among the runs and another run is
+// too, the SVG of every other run's gap to it (gap_svg_path); returns the table (Markdown).
 std::string write_report(const std::vector<RunSummary>& runs, const ReportOptions& opt);
 
 }  // namespace fp4

@@ -52,7 +52,41 @@ TEST(Report, TableGivesGapsAndTheShareOfTheReferenceGapClosed) {
   size_t lines = 0;
   for (size_t p = text.find("<polyline"); p != std::string::npos; p = text.find("<polyline", p + 1)) ++lines;
   EXPECT_EQ(lines, 3u);
+  // The gap picture: one line per non-baseline run, next to the curves.
+  std::ifstream gap_svg(root / "curves-gap.svg");
+  const std::string gap_text((std::istreambuf_iterator<char>(gap_svg)), {});
+  size_t gap_lines = 0;
+  for (size_t p = gap_text.find("<polyline"); p != std::string::npos; p = gap_text.find("<polyline", p + 1)) ++gap_lines;
+  EXPECT_EQ(gap_lines, 2u);
+  EXPECT_NE(gap_text.find("tetrajet-v2-base (validation)"), std::string::npos);
   fs::remove_all(root);
+}
+
+TEST(Report, LossGapMatchesTokensAndSubtracts) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> u(1.0, 5.0);
+  RunSummary base, run;
+  for (int k = 1; k <= 40; ++k) {
+    base.train_tokens.push_back(100.0 * k);
+    base.train_loss.push_back(u(rng));
+    if (k % 3 == 0) continue;  // the run logged fewer steps: those tokens are skipped
+    run.train_tokens.push_back(100.0 * k);
+    run.train_loss.push_back(u(rng));
+  }
+  base.val_tokens = {1000, 2000, 4000};
+  base.val_losses = {u(rng), u(rng), u(rng)};
+  run.val_tokens = {1000, 3000, 4000};
+  run.val_losses = {u(rng), u(rng), u(rng)};
+  const LossGap g = loss_gap(run, base, 0.0);  // no smoothing: raw differences
+  ASSERT_EQ(g.val_tokens, (std::vector<double>{1000, 4000}));
+  EXPECT_DOUBLE_EQ(g.val_gap[0], run.val_losses[0] - base.val_losses[0]);
+  EXPECT_DOUBLE_EQ(g.val_gap[1], run.val_losses[2] - base.val_losses[2]);
+  ASSERT_EQ(g.train_tokens, run.train_tokens);
+  for (size_t i = 0; i < g.train_tokens.size(); ++i) {
+    const size_t b = static_cast<size_t>(g.train_tokens[i] / 100.0) - 1;
+    EXPECT_DOUBLE_EQ(g.train_gap[i], run.train_loss[i] - base.train_loss[b]);
+  }
+  EXPECT_EQ(gap_svg_path("out/curves.svg"), fs::path("out/curves-gap.svg"));
 }
 
 TEST(Report, ADirectoryWithoutMetricsIsNamed) {
