@@ -34,7 +34,8 @@ std::vector<double> ticks(double lo, double hi, int target) {
       break;
     }
   std::vector<double> t;
-  for (double v = std::ceil(lo / step) * step; v <= hi + 1e-9 * span; v += step) t.push_back(v);
+  // Multiples of step computed from an integer count, so zero comes out as 0 and not as -1e-17.
+  for (double k = std::ceil(lo / step); k * step <= hi + 1e-9 * span; k += 1) t.push_back(k * step + 0.0);
   return t;
 }
 
