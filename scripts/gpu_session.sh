@@ -15,6 +15,8 @@
 #   normbench    norm_kernels_bench (RMSNorm, QK-norm+RoPE, SwiGLU against a D2D copy)
 #   testsbg      start test_cuda in the background (it is CPU-heavy: it overlaps the GPU phases after it)
 #   testswait    wait for it and report
+#   testsgpu1    start test_cuda in the background on GPU 1 (two-GPU machines; testswait waits for it)
+#   attnbench    attention_bench (our causal attention kernels, every variant, forward and backward)
 #   dualprofile  Nsight Compute of the fused dual quantizer with stall reasons and source counters
 #   qbench       quantize_bench (quantizer bandwidth against a D2D copy, 64 and 256 MiB)
 #   smoke1b      two training steps of olmo2-1b (bf16 and tetrajet-v2-base) through train_bench
@@ -40,7 +42,7 @@ configure_and_build() {  # configure_and_build TARGET...
   note "build rc=$rc in $((SECONDS - t0))s"
   return $rc
 }
-phase_build() { configure_and_build fp4train test_cuda train_bench quantize_bench norm_kernels_bench engine_dump_cuda engine_dump; }
+phase_build() { configure_and_build fp4train test_cuda train_bench quantize_bench norm_kernels_bench attention_bench engine_dump_cuda engine_dump; }
 phase_normbench() {
   timeout 60 $B/norm_kernels_bench >"$out/norm_kernels_bench.log" 2>&1
   note "norm_kernels_bench rc=$?"
@@ -55,6 +57,15 @@ phase_testswait() {
   note "test_cuda rc=$(cat "$out/test_cuda.rc") $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/test_cuda.log" | head -3 | tr '\n' ' ')"
   grep -E "^\[  FAILED  \]" "$out/test_cuda.log" | head -12
 }
+phase_testsgpu1() {  # test_cuda on the second GPU in the background, so benchmarks keep GPU 0 to themselves
+  (CUDA_VISIBLE_DEVICES=1 timeout 400 $B/test_cuda --gtest_brief=1 >"$out/test_cuda.log" 2>&1; echo $? >"$out/test_cuda.rc") &
+  note "test_cuda started in the background on GPU 1"
+}
+phase_attnbench() {
+  timeout 90 $B/attention_bench >"$out/attention_bench.log" 2>&1
+  note "attention_bench rc=$?"
+  grep -E "^\|" "$out/attention_bench.log" | head -30
+}
 phase_dualprofile() {
   local ncu
   ncu=$(ncu_bin)
@@ -66,7 +77,7 @@ phase_dualprofile() {
   grep -E "Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Stall|stall|Local Memory|Spill" "$out/ncu-dual.txt" | head -30
 }
 phase_qbench() {
-  timeout 200 $B/quantize_bench >"$out/quantize_bench.log" 2>&1
+  timeout 200 $B/quantize_bench ${QBENCH_ARGS:-} >"$out/quantize_bench.log" 2>&1
   note "quantize_bench rc=$?"
   grep -E "^\|" "$out/quantize_bench.log" | grep -E "copy|1x16|16x16|dual|dequant|amax" | head -24
 }
