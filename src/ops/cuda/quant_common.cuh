@@ -30,8 +30,8 @@ struct Raw16 {
 // Element i0 (a multiple of 16) onwards; the base pointer is 16-byte aligned, so these are 16-byte accesses.
 template <QuantIoType T>
 __device__ __forceinline__ void load_raw16(const void* base, int64_t i0, Raw16<T>& r) {
-  const uint4* p = reinterpret_cast<const uint4*>(static_cast<const char*>(base) +
-                                                  i0 * (T == QuantIoType::kF32 ? 4 : 2));
+  const uint4* p =
+      reinterpret_cast<const uint4*>(static_cast<const char*>(base) + i0 * (T == QuantIoType::kF32 ? 4 : 2));
 #pragma unroll
   for (int q = 0; q < (T == QuantIoType::kF32 ? 4 : 2); ++q) r.w[q] = p[q];
 }
@@ -116,7 +116,8 @@ __device__ __forceinline__ void butterfly16(float (&v)[16]) {
 
 __device__ __forceinline__ void rht_local16(float (&v)[16], uint32_t neg) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i) v[i] = bits_float(float_bits(v[i]) ^ (((neg >> i) & 1u) << 31));  // -x: sign flip
+  for (int i = 0; i < 16; ++i)
+    v[i] = bits_float(float_bits(v[i]) ^ (((neg >> i) & 1u) << 31));  // -x: sign flip
   butterfly16<1>(v);
   butterfly16<2>(v);
   butterfly16<4>(v);
@@ -139,8 +140,8 @@ __device__ __forceinline__ void rht_scale16(float (&v)[16], int n) {
 }
 
 // Whole RHT of the block at column c0 (a multiple of 16) of its row (or any index congruent to it modulo
-// n), for segment length n in {16, 32, 64, 128}; the blocks of one segment are in lanes lane ^ (1, 2, 4) with block index
-// (c0 / 16) sharing those low bits. Every lane of the warp must call it (shuffles).
+// n), for segment length n in {16, 32, 64, 128}; the blocks of one segment are in lanes lane ^ (1, 2, 4) with
+// block index (c0 / 16) sharing those low bits. Every lane of the warp must call it (shuffles).
 __device__ __forceinline__ void rht_block16(float (&v)[16], const RhtSigns& signs, int n, int64_t c0) {
   const int p0 = static_cast<int>(c0 & (n - 1));  // n is a power of two
   rht_local16(v, rht_sign_bits16(signs, p0));
@@ -152,10 +153,10 @@ __device__ __forceinline__ void rht_block16(float (&v)[16], const RhtSigns& sign
 }
 
 // ------------------------------------------------------------------ reductions
-// Max over the 8 lanes lane ^ (1, 2, 4) (one 128-element row segment).
+// Max over the 8 lanes lane ^ (1, 2, 4) (one 128-element row segment) of non-NaN values (finite amaxes).
 __device__ __forceinline__ float max8_lanes(float v) {
 #pragma unroll
-  for (int d = 1; d < 8; d <<= 1) v = max_f(v, __shfl_xor_sync(kFullMask, v, d));
+  for (int d = 1; d < 8; d <<= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, d));
   return v;
 }
 
@@ -169,11 +170,161 @@ __device__ __forceinline__ int count_nonfinite16(const float (&v)[16]) {
 // Adds the warp's total to *counter (if any lane saw something). All lanes must call it.
 __device__ __forceinline__ void warp_count_add(unsigned count, unsigned long long* counter) {
   const unsigned total = __reduce_add_sync(kFullMask, count);
-  if (counter != nullptr && total != 0 && (threadIdx.x & 31) == 0) atomicAdd(counter, static_cast<unsigned long long>(total));
+  if (counter != nullptr && total != 0 && (threadIdx.x & 31) == 0)
+    atomicAdd(counter, static_cast<unsigned long long>(total));
 }
 
 // Max of non-negative finite floats as their bit patterns (same order), across the warp.
-__device__ __forceinline__ uint32_t warp_max_bits(uint32_t bits) { return __reduce_max_sync(kFullMask, bits); }
+__device__ __forceinline__ uint32_t warp_max_bits(uint32_t bits) {
+  return __reduce_max_sync(kFullMask, bits);
+}
+
+// ------------------------------------------------------------------ fast block codec
+// The bits of nvfp4_block.h's scale and element functions in fewer instructions (the quantizers were
+// bound by instruction issue, not by memory). Each function states why it equals the reference; the
+// parity tests (tests/cuda/quant_nvfp4_test.cpp) check them against the CPU reference.
+
+// E4M3 code of x >= 0 (inf allowed, not NaN), as e4m3_encode: magic = 1.5 * 2^20 * max(binade, 2^-6) has
+// the E4M3 step of x's binade (2^-9 below 2^-6) as its ulp and an even multiple of it, so (x + magic) -
+// magic is x rounded to nearest even on the E4M3 grid; a sum that overflows is NaN, and fminf turns it,
+// like everything at or above 448, into 448. Grid values times 2^-120 hold the code in bits 20 and up.
+__device__ __forceinline__ uint32_t e4m3_code_nonneg(float x) {
+  const float binade = fmaxf(__uint_as_float(__float_as_uint(x) & 0x7F800000u), 0.015625f);
+  const float magic = __fmul_rn(binade, 1572864.0f);
+  const float r = fminf(__fadd_rn(__fadd_rn(x, magic), -magic), kE4m3Max);
+  return __float_as_uint(__fmul_rn(r, 7.5231638452626401e-37f)) >> 20;  // * 2^-120
+}
+
+// e4m3_decode for every code but the NaN 0x7F: the bits code << 20 are the value times 2^-120.
+__device__ __forceinline__ float e4m3_value(uint32_t code) {
+  return __fmul_rn(__uint_as_float(code << 20), 1.329227995784916e+36f);  // * 2^120
+}
+
+// e2m1_rtn_index(a) << 22 for a >= 0 or NaN: clamping to 6 first (NaN and everything above 6 have index
+// 7 anyway) leaves nothing to saturate, and the rounded grid value times 2^-126 is index << 22 exactly.
+__device__ __forceinline__ uint32_t e2m1_rtn_bits(float a) {
+  const float c = fminf(a, kE2m1Max);
+  const float magic = __fmul_rn(fmaxf(__uint_as_float(__float_as_uint(c) & 0x7F800000u), 1.0f), 6291456.0f);
+  return __float_as_uint(__fmul_rn(__fadd_rn(__fadd_rn(c, magic), -magic), kTwoPowMinus126));
+}
+
+// e2m1_sr_index(a, random) in bits 22..24 (junk below) for a >= 0 or NaN: with c = min(a, 6) the bits of
+// c * 2^-126 are index << 22 | frac (index 7 only at 6, frac 0), and adding 2^22 - 1 - u, u = random >> 10,
+// carries into bit 22 exactly when u < frac.
+__device__ __forceinline__ uint32_t e2m1_sr_bits(float a, uint32_t random) {
+  const uint32_t s = __float_as_uint(__fmul_rn(fminf(a, kE2m1Max), kTwoPowMinus126));
+  return s + (0x3FFFFFu - (random >> 10));
+}
+
+// prmt.b32: byte k of the result is byte sel[4k..4k+2] of {a, b}; with bit 4k+3 set, that byte's sign.
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+// Nibbles 0x8 where the value is negative: two words a and b whose bytes are 0x00 or 0xFF for the even
+// (a) and odd (b) elements of 8 become the sign bits of the packed codes.
+__device__ __forceinline__ uint32_t sign_nibbles(uint32_t even, uint32_t odd) {
+  return (even & 0x08080808u) | (odd & 0x80808080u);
+}
+
+// The sign nibbles of 8 FP32 values.
+__device__ __forceinline__ uint32_t sign_nibbles8(const float* v) {
+  uint32_t u[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) u[i] = __float_as_uint(v[i]);
+  const uint32_t even = prmt(prmt(u[0], u[2], 0xFBu), prmt(u[4], u[6], 0xFBu), 0x5410u);
+  const uint32_t odd = prmt(prmt(u[1], u[3], 0xFBu), prmt(u[5], u[7], 0xFBu), 0x5410u);
+  return sign_nibbles(even, odd);
+}
+
+// The sign nibbles of the 8 BF16 values in words w0..w3 (sign bits 15 and 31 of each word).
+__device__ __forceinline__ uint32_t sign_nibbles_bf16(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
+  const uint32_t lo = prmt(w0, w1, 0x7531u), hi = prmt(w2, w3, 0x7531u);  // sign bytes of elements 0-3, 4-7
+  return sign_nibbles(prmt(lo, hi, 0xECA8u), prmt(lo, hi, 0xFDB9u));
+}
+
+// max(a, |b|) where a NaN or inf anywhere makes the result NaN or inf (max.NaN propagates NaN).
+__device__ __forceinline__ float max_abs_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(fabsf(b)));
+  return d;
+}
+
+// amax_finite16 for 16 FP32 values: a tree of NaN-propagating maxima, and the reference loop only when
+// the result says the block holds a NaN or inf.
+__device__ __forceinline__ float amax16_of(const float (&v)[16], bool& bad) {
+  float m[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) m[i] = max_abs_nan(fabsf(v[2 * i]), v[2 * i + 1]);
+#pragma unroll
+  for (int h = 4; h >= 1; h >>= 1)
+#pragma unroll
+    for (int i = 0; i < h; ++i) m[i] = max_abs_nan(m[i], m[i + h]);
+  if (m[0] < INFINITY) return m[0];
+  return amax_finite16(v, bad);
+}
+
+// The same for 16 BF16 values in their raw words (v: their FP32 values, for the rare non-finite block):
+// max.NaN.xorsign.abs compares magnitudes two at a time and keeps a NaN; the result's signs are dropped.
+__device__ __forceinline__ float amax16_bf16(const uint4 (&w)[2], const float (&v)[16], bool& bad) {
+  uint32_t m[8] = {w[0].x, w[0].y, w[0].z, w[0].w, w[1].x, w[1].y, w[1].z, w[1].w};
+#pragma unroll
+  for (int h = 4; h >= 1; h >>= 1)
+#pragma unroll
+    for (int i = 0; i < h; ++i)
+      asm("max.NaN.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(m[i]) : "r"(m[i]), "r"(m[i + h]));
+  const uint32_t mag = m[0] & 0x7FFF7FFFu;
+  const uint32_t bits = max(mag << 16, mag & 0xFFFF0000u);
+  if (bits < 0x7F800000u) return __uint_as_float(bits);
+  return amax_finite16(v, bad);
+}
+
+// block128_divisor with __frcp_rn (RN(1/m), the value of the reference's 1.0f / m) and a zero divisor
+// mapped to scale 0, which makes every finite quotient 0: nvfp4_encode_block128 returns the sign alone.
+// r == 0 still marks a divisor the fast quotient cannot take (encode16_fast's caller divides instead).
+__device__ __forceinline__ Block128Divisor block128_divisor_fast(float p) {
+  if (p == 0.0f) return Block128Divisor{1.0f, 1.0f, 0.0f};
+  if (!(p >= 1.1754943508222875e-38f && p <= 8.5070591730234616e+37f)) return Block128Divisor{p, 0.0f, 1.0f};
+  const uint32_t b = __float_as_uint(p);
+  const float m = __uint_as_float((b & 0x007FFFFFu) | 0x3F800000u);
+  return Block128Divisor{m, __frcp_rn(m), __uint_as_float((254u << 23) - (b & 0x7F800000u))};
+}
+
+// block128_quotient for a divisor with r != 0 (no division branch per element).
+__device__ __forceinline__ float block128_quotient_fast(float a, const Block128Divisor& d) {
+  const float x = __fmul_rn(a, d.scale);
+  float q = __fmul_rn(x, d.r);
+  q = __fmaf_rn(__fmaf_rn(-q, d.m, x), d.r, q);
+  return __fmaf_rn(__fmaf_rn(-q, d.m, x), d.r, q);
+}
+
+// Packed codes (low nibble = even element) of 16 values: E2M1 of |v| * mult (tensor: mult = e_b, whose
+// product keeps v's sign) or of block128_quotient(|v|, d), RTN or SR (word i of element idx0 + i), with
+// `signs` (sign nibbles) or'ed in. A nibble's index is added where its bits land (shift-and-add).
+template <bool kBlock128, bool kSr>
+__device__ __forceinline__ uint2 encode16_fast(const float (&v)[16], float mult, const Block128Divisor& d,
+                                               uint2 signs, const RngStream& rng, uint64_t idx0) {
+  uint32_t w[2] = {signs.x, signs.y};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    Philox4 r{{0, 0, 0, 0}};
+    if constexpr (kSr) r = philox_block(rng, (idx0 >> 2) + q);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int i = 4 * q + k, n = i & 7;
+      const float a = kBlock128 ? block128_quotient_fast(fabsf(v[i]), d) : __fmul_rn(fabsf(v[i]), mult);
+      if constexpr (kSr) {
+        w[i >> 3] += (e2m1_sr_bits(a, r.v[k]) >> 22) << (4 * n);
+      } else {
+        const uint32_t bits = e2m1_rtn_bits(a);
+        w[i >> 3] += n <= 5 ? bits >> (22 - 4 * n) : bits << (4 * n - 22);
+      }
+    }
+  }
+  return make_uint2(w[0], w[1]);
+}
 
 // ------------------------------------------------------------------ NVFP4 block steps
 // The uniform parameters of one quantizer launch.
@@ -182,8 +333,9 @@ struct Nvfp4Params {
   bool four_over_six = false;
   bool sr = false;
   float target = kNvfp4Target;
-  TensorScale ts;     // tensor outer scale
-  float amax = 0.0f;  // tensor amax (Four Over Six error measure)
+  float inv_target = 1.0f / kNvfp4Target;  // 1 / target, as nvfp4_scale_tensor forms it
+  TensorScale ts;                          // tensor outer scale
+  float amax = 0.0f;                       // tensor amax (Four Over Six error measure)
   RngStream rng;
 };
 
@@ -193,6 +345,7 @@ inline Nvfp4Params make_params(const QuantSpec& spec, const QuantRandomness& rnd
   p.four_over_six = spec.four_over_six == FourOverSix::kMse;
   p.sr = spec.rounding == Rounding::kSr;
   p.target = spec.sr_headroom ? kNvfp4HeadroomTarget : kNvfp4Target;
+  p.inv_target = 1.0f / p.target;
   p.rng = rnd.sr;
   return p;
 }
@@ -204,7 +357,8 @@ __device__ __forceinline__ void load_tensor_scale(Nvfp4Params& p, const float* a
 }
 
 // Inner scale of a 1x16 block with tensor outer scale (NaN code when the block has a non-finite value).
-__device__ __forceinline__ uint8_t scale_tensor16(const Nvfp4Params& p, const float (&v)[16], float amax16, bool bad) {
+__device__ __forceinline__ uint8_t scale_tensor16(const Nvfp4Params& p, const float (&v)[16], float amax16,
+                                                  bool bad) {
   const uint8_t s = p.four_over_six ? nvfp4_scale_tensor_4o6(v, amax16, p.amax, p.ts)
                                     : nvfp4_scale_tensor(amax16, p.ts, p.target);
   return bad ? kE4m3Nan : s;
@@ -220,7 +374,8 @@ __device__ __forceinline__ uint8_t scale_block128_16(const Nvfp4Params& p, const
 // Packed codes (8 bytes, low nibble = even element) of a block, one rounding and outer-scale mode fixed at
 // compile time so the element loop has no per-element selects. `mult` is e_b (tensor) or p (block128).
 template <bool kBlock128, bool kSr>
-__device__ __forceinline__ uint2 encode16_mode(const float (&v)[16], float mult, const RngStream& rng, uint64_t idx0) {
+__device__ __forceinline__ uint2 encode16_mode(const float (&v)[16], float mult, const RngStream& rng,
+                                               uint64_t idx0) {
   const Block128Divisor divisor = kBlock128 ? block128_divisor(mult) : Block128Divisor{};  // once per block
   uint32_t w[2] = {0, 0};
 #pragma unroll
@@ -240,14 +395,16 @@ __device__ __forceinline__ uint2 encode16_mode(const float (&v)[16], float mult,
 
 // Codes of a block whose first element has operand index idx0 (a multiple of 4: SR words idx0 + i).
 // Tensor outer scale: e_b from the rounded scale; block128: p = s_in * s_out.
-__device__ __forceinline__ uint2 encode16(const Nvfp4Params& p, const float (&v)[16], uint8_t scale, float s_out,
-                                         uint64_t idx0) {
+__device__ __forceinline__ uint2 encode16(const Nvfp4Params& p, const float (&v)[16], uint8_t scale,
+                                          float s_out, uint64_t idx0) {
   if (p.block128) {
     const float prod = e4m3_decode(scale) * s_out;
-    return p.sr ? encode16_mode<true, true>(v, prod, p.rng, idx0) : encode16_mode<true, false>(v, prod, p.rng, idx0);
+    return p.sr ? encode16_mode<true, true>(v, prod, p.rng, idx0)
+                : encode16_mode<true, false>(v, prod, p.rng, idx0);
   }
   const float e_b = nvfp4_encode_multiplier(scale, p.ts.s_dec);
-  return p.sr ? encode16_mode<false, true>(v, e_b, p.rng, idx0) : encode16_mode<false, false>(v, e_b, p.rng, idx0);
+  return p.sr ? encode16_mode<false, true>(v, e_b, p.rng, idx0)
+              : encode16_mode<false, false>(v, e_b, p.rng, idx0);
 }
 
 __device__ __forceinline__ uint8_t code_at(uint2 packed, int i) {
@@ -255,9 +412,10 @@ __device__ __forceinline__ uint8_t code_at(uint2 packed, int i) {
 }
 
 // Scale, outer scale and packed codes of a 1x16 block (already transformed) whose 128-wide row segment
-// sits in the 8 lanes lane ^ (1, 2, 4): as quantize_cpu.cpp's tensor / block128 loops. All lanes must call it.
-__device__ __forceinline__ uint2 quantize_block16(const Nvfp4Params& p, const float (&v)[16], float amax16, bool bad,
-                                                  uint64_t idx0, uint8_t& scale, float& outer) {
+// sits in the 8 lanes lane ^ (1, 2, 4): as quantize_cpu.cpp's tensor / block128 loops. All lanes must call
+// it.
+__device__ __forceinline__ uint2 quantize_block16(const Nvfp4Params& p, const float (&v)[16], float amax16,
+                                                  bool bad, uint64_t idx0, uint8_t& scale, float& outer) {
   if (p.block128) {
     outer = nvfp4_block128_outer(max8_lanes(amax16), p.four_over_six, p.target);
     scale = scale_block128_16(p, v, amax16, outer, bad);

@@ -1,9 +1,14 @@
 // NVFP4 quantizer of one operand along its rows (quantize.h's quantize_nvfp4): 1x16 or 16x16 blocks,
 // tensor or block128 outer scales, RTN or SR, Four Over Six, RHT16..128, optional dequantized output.
 //
-// A thread block covers 64 rows x 128 columns; a thread holds one 16-element block of two rows (r and
-// r + 32), so 8 neighbouring lanes hold one 128-wide row segment (block128 amax and RHT > 16 reduce over
-// them by shuffles), and a warp holds 4 rows. 16x16 tiles combine 4 warps through shared memory.
+// Every mode is its own kernel (dtype, outer scale, rounding, RHT width class, Four Over Six), so the element
+// loop holds no run-time selects. 1x16: the operand is a flat array of 16-element blocks (cols is a multiple
+// of 16, of 128 for block128 and of rht_n, so no 128-element or RHT segment crosses a row, and an element's
+// flat index is its SR word index); a thread holds one block per item, a warp 32 consecutive blocks, so the 8
+// lanes of a 128-element segment reduce its amax and the wide RHT by shuffles. 16x16: a thread block covers
+// 64 rows x 128 columns, a tile's 16 rows are 4 lanes of each of 4 warps, combined through shared memory.
+#include <type_traits>
+
 #include "ops/cuda/quant_common.cuh"
 #include "ops/cuda/quant_launch.cuh"
 
@@ -13,16 +18,18 @@ namespace {
 using qk::Raw16;
 
 constexpr int kThreads = 256;
-constexpr int kItems = 2;                          // rows per thread
-constexpr int kRowsPerItem = kThreads / 8;         // 32
-constexpr int kTileRows = kRowsPerItem * kItems;   // 64
-constexpr int kTileCols = 128;
+constexpr int kTileItems = 2;  // 16x16 kernel: rows per thread
+
+// 1x16 kernel: blocks per thread, all loads issued before any block is used (the per-thread set-up is then
+// shared by more elements): 128 bytes of input either way.
+constexpr int rows_items(QuantIoType t) {
+  return t == QuantIoType::kBF16 ? 4 : 2;
+}
 
 struct QuantArgs {
   const void* x;
   int64_t rows, cols;
   qk::Nvfp4Params p;
-  bool tile16x16;
   int rht_n;
   RhtSigns signs;
   const float* amax;
@@ -32,116 +39,249 @@ struct QuantArgs {
   bool dq_bf16, dq_apply;
 };
 
-// Stores of one quantized block: codes, scale, block128 outer scale, optional dequantized values.
-__device__ __forceinline__ void store_block(const QuantArgs& a, int64_t i0, int j, uint2 codes, uint8_t scale,
-                                            float outer) {
-  *reinterpret_cast<uint2*>(a.out.codes + i0 / 2) = codes;
-  a.out.scales[i0 / 16] = scale;
-  if (a.p.block128 && j == 0) a.out.outer[i0 / 128] = outer;
+// Per-thread constants of a tensor-outer-scale launch: the scale multiplier, whether the fast E4M3
+// encoder applies (a finite positive multiplier: any device amax; a caller's amax may be anything), and
+// the encode multiplier e_b of every scale code, in shared memory.
+struct TensorCtx {
+  float mult = 0.0f;
+  bool fast = false;
+  const float* e_table = nullptr;
+};
+
+__device__ __forceinline__ TensorCtx tensor_ctx(qk::Nvfp4Params& p, const float* amax, float* e_table) {
+  qk::load_tensor_scale(p, amax);
+  const uint32_t code = threadIdx.x;  // nvfp4_encode_multiplier(code, s_dec)
+  const float s_b = code == kE4m3Nan ? e4m3_decode(kE4m3Nan) : qk::e4m3_value(code);
+  e_table[code] = min_f(1.0f / __fmul_rn(s_b, p.ts.s_dec), kFloatMax);
+  TensorCtx t;
+  t.mult = __fmul_rn(p.ts.s_enc, p.inv_target);  // as nvfp4_scale_tensor forms it
+  t.fast = t.mult > 0.0f && t.mult <= kFloatMax;
+  t.e_table = e_table;
+  __syncthreads();
+  return t;
+}
+
+// Scale of a 1x16 block or 16x16 tile with amax16 under a tensor outer scale (nvfp4_scale_tensor).
+__device__ __forceinline__ uint8_t tensor_scale(const qk::Nvfp4Params& p, const TensorCtx& t, float amax16) {
+  return t.fast ? static_cast<uint8_t>(qk::e4m3_code_nonneg(__fmul_rn(amax16, t.mult)))
+                : nvfp4_scale_tensor(amax16, p.ts, p.target);
+}
+
+// Codes, scale, block128 outer scale and optional dequantized values of block b (elements 16 b ..).
+__device__ __forceinline__ void store_block(const QuantArgs& a, int64_t b, bool block128, uint2 codes,
+                                            uint8_t scale, float outer) {
+  *reinterpret_cast<uint2*>(a.out.codes + 8 * b) = codes;
+  a.out.scales[b] = scale;
+  if (block128 && (b & 7) == 0) a.out.outer[b >> 3] = outer;
   if (a.dq != nullptr) {
     float d[16];
-    qk::decode16(codes, scale, outer, a.p.block128, a.dq_apply, d);
+    qk::decode16(codes, scale, outer, block128, a.dq_apply, d);
     if (a.dq_bf16)
-      qk::store16<QuantIoType::kBF16>(a.dq, i0, d);
+      qk::store16<QuantIoType::kBF16>(a.dq, 16 * b, d);
     else
-      qk::store16<QuantIoType::kF32>(a.dq, i0, d);
+      qk::store16<QuantIoType::kF32>(a.dq, 16 * b, d);
   }
 }
 
-// kTile16x16: one scale per 16x16 tile (tensor outer scale only), else 1x16 blocks.
-template <QuantIoType T, bool kTile16x16>
-__global__ void __launch_bounds__(kThreads, 2) quantize_nvfp4_kernel(QuantArgs a) {
+// The transformed values of a block, their finite amax, whether one is NaN or inf, and their sign nibbles.
+// BF16 input without RHT takes amax and signs from the raw words (two values per instruction).
+template <QuantIoType T, int kRht>
+__device__ __forceinline__ float prepare16(const QuantArgs& a, const Raw16<T>& raw, int64_t i0,
+                                           float (&v)[16], uint2& signs, bool& bad) {
+  qk::convert16<T>(raw, v);
+  if constexpr (kRht != 0) qk::rht_block16(v, a.signs, kRht > 0 ? kRht : a.rht_n, i0);
+  if constexpr (T == QuantIoType::kBF16 && kRht == 0) {
+    signs = make_uint2(qk::sign_nibbles_bf16(raw.w[0].x, raw.w[0].y, raw.w[0].z, raw.w[0].w),
+                       qk::sign_nibbles_bf16(raw.w[1].x, raw.w[1].y, raw.w[1].z, raw.w[1].w));
+    return qk::amax16_bf16(raw.w, v, bad);
+  } else {
+    signs = make_uint2(qk::sign_nibbles8(v), qk::sign_nibbles8(v + 8));
+    return qk::amax16_of(v, bad);
+  }
+}
+
+// 1x16 blocks. kRht: 0, 16, or -1 for a run-time width of 32..128.
+template <QuantIoType T, bool kBlock128, bool kSr, int kRht, bool kFos>
+__global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(QuantArgs a) {
+  constexpr int kItems = rows_items(T);
+  __shared__ float e_table[kBlock128 ? 1 : 256];
+  const int64_t nblocks = a.rows * a.cols / 16;
+  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * (kItems * kThreads) + threadIdx.x;
+  Raw16<T> raw[kItems];
+#pragma unroll
+  for (int s = 0; s < kItems; ++s) {
+    if (b0 + s * kThreads < nblocks)
+      qk::load_raw16<T>(a.x, 16 * (b0 + s * kThreads), raw[s]);
+    else
+      qk::zero_raw16<T>(raw[s]);
+  }
+  qk::Nvfp4Params p = a.p;
+  TensorCtx t;
+  if constexpr (!kBlock128) t = tensor_ctx(p, a.amax, e_table);
+
+  unsigned nonfinite = 0;
+#pragma unroll
+  for (int s = 0; s < kItems; ++s) {
+    const int64_t b = b0 + s * kThreads, i0 = 16 * b;
+    float v[16];
+    uint2 signs;
+    bool bad = false;
+    const float amax16 = prepare16<T, kRht>(a, raw[s], i0, v, signs, bad);
+    if (bad) nonfinite += qk::count_nonfinite16(v);
+    uint8_t scale;
+    float outer;
+    uint2 codes;
+    if constexpr (kBlock128) {
+      outer = nvfp4_block128_outer(qk::max8_lanes(amax16), kFos, p.target);
+      if constexpr (kFos) {
+        scale = bad ? kE4m3Nan : nvfp4_scale_block128_4o6(v, amax16, outer);
+      } else {
+        const float q = amax16 / outer / p.target;  // as nvfp4_scale_block128
+        scale = bad ? kE4m3Nan : (q == 0.0f ? uint8_t{0x01} : static_cast<uint8_t>(qk::e4m3_code_nonneg(q)));
+      }
+      const float prod = bad ? e4m3_decode(kE4m3Nan) : __fmul_rn(qk::e4m3_value(scale), outer);
+      const Block128Divisor d = qk::block128_divisor_fast(prod);
+      if (d.r != 0.0f)
+        codes = qk::encode16_fast<true, kSr>(v, 0.0f, d, signs, p.rng, static_cast<uint64_t>(i0));
+      else  // NaN (non-finite block), subnormal or huge divisor: the reference encoder divides
+        codes = qk::encode16_mode<true, kSr>(v, prod, p.rng, static_cast<uint64_t>(i0));
+    } else {
+      outer = p.ts.s_dec;
+      if constexpr (kFos)
+        scale = bad ? kE4m3Nan : nvfp4_scale_tensor_4o6(v, amax16, p.amax, p.ts);
+      else
+        scale = bad ? kE4m3Nan : tensor_scale(p, t, amax16);
+      // A NaN scale gives e_b = NaN and every product NaN: code 0x7 whatever the element's sign.
+      if (bad) signs = make_uint2(0, 0);
+      codes = qk::encode16_fast<false, kSr>(v, t.e_table[scale], Block128Divisor{}, signs, p.rng,
+                                            static_cast<uint64_t>(i0));
+    }
+    if (b < nblocks) store_block(a, b, kBlock128, codes, scale, outer);
+  }
+  if (!kBlock128 && blockIdx.x == 0 && threadIdx.x == 0) a.out.outer[0] = p.ts.s_dec;
+  if (a.nonfinite != nullptr) qk::warp_count_add(nonfinite, a.nonfinite);
+}
+
+// 16x16 tiles (tensor outer scale): a thread block covers 64 rows x 128 columns, a thread one 16-column
+// block of rows r and r + 32. The 16 rows of a tile are 4 lanes of each of 4 warps (warps 0-3: rows 0-15
+// of an item, warps 4-7: rows 16-31). Key = amax bits, or ~0 when the tile holds a non-finite value.
+template <QuantIoType T, bool kSr, int kRht>
+__global__ void __launch_bounds__(kThreads, 2) quantize_tiles_kernel(QuantArgs a) {
+  constexpr int kItems = kTileItems, kRowsPerItem = kThreads / 8, kTileRows = kRowsPerItem * kItems;
+  constexpr int kTileCols = 128;
+  __shared__ float e_table[256];
+  __shared__ uint32_t tile_key[kItems][kThreads / 32][8];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, j = lane & 7;
   const int64_t col_tiles = qk::ceil_div(a.cols, kTileCols);
   const int64_t tc = blockIdx.x % col_tiles, tr = blockIdx.x / col_tiles;
   const int64_t c0 = tc * kTileCols + 16 * j;
-  qk::Nvfp4Params p = a.p;
-  if (!p.block128) qk::load_tensor_scale(p, a.amax);
 
-  // Issue every load of the thread before using any.
   Raw16<T> raw[kItems];
   int64_t row[kItems];
-  bool active[kItems];
 #pragma unroll
   for (int s = 0; s < kItems; ++s) {
     row[s] = tr * kTileRows + s * kRowsPerItem + warp * 4 + (lane >> 3);
-    active[s] = row[s] < a.rows && c0 < a.cols;
-    if (active[s])
+    if (row[s] < a.rows && c0 < a.cols)
       qk::load_raw16<T>(a.x, row[s] * a.cols + c0, raw[s]);
     else
       qk::zero_raw16<T>(raw[s]);
   }
+  qk::Nvfp4Params p = a.p;
+  const TensorCtx t = tensor_ctx(p, a.amax, e_table);
 
   unsigned nonfinite = 0;
-  if constexpr (!kTile16x16) {
+  float v[kItems][16];
+  uint2 signs[kItems];
 #pragma unroll
-    for (int s = 0; s < kItems; ++s) {
-      float v[16];
-      qk::convert16<T>(raw[s], v);
-      if (a.rht_n > 0) qk::rht_block16(v, a.signs, a.rht_n, c0);
-      bool bad = false;
-      const float amax16 = amax_finite16(v, bad);
-      if (bad) nonfinite += qk::count_nonfinite16(v);
-      const int64_t i0 = row[s] * a.cols + c0;
-      uint8_t scale;
-      float outer;
-      const uint2 codes = qk::quantize_block16(p, v, amax16, bad, static_cast<uint64_t>(i0), scale, outer);
-      if (active[s]) store_block(a, i0, j, codes, scale, outer);
-    }
-  } else {
-    // The 16 rows of a tile are 4 lanes of each of 4 warps (warps 0-3: rows 0-15 of an item, warps 4-7:
-    // rows 16-31). Key = amax bits, or ~0 when the tile holds a non-finite value (wins the max).
-    __shared__ uint32_t tile_key[kItems][kThreads / 32][8];
-    float v[kItems][16];
-#pragma unroll
-    for (int s = 0; s < kItems; ++s) {
-      qk::convert16<T>(raw[s], v[s]);
-      if (a.rht_n > 0) qk::rht_block16(v[s], a.signs, a.rht_n, c0);
-      bool bad = false;
-      const float amax16 = amax_finite16(v[s], bad);
-      if (bad) nonfinite += qk::count_nonfinite16(v[s]);
-      uint32_t key = bad ? 0xFFFFFFFFu : float_bits(amax16);
-      key = max(key, __shfl_xor_sync(qk::kFullMask, key, 8));
-      key = max(key, __shfl_xor_sync(qk::kFullMask, key, 16));
-      if (lane < 8) tile_key[s][warp][j] = key;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int s = 0; s < kItems; ++s) {
-      const int w0 = warp & ~3;
-      uint32_t key = tile_key[s][w0][j];
-#pragma unroll
-      for (int w = 1; w < 4; ++w) key = max(key, tile_key[s][w0 + w][j]);
-      const bool bad = key == 0xFFFFFFFFu;
-      const uint8_t scale = bad ? kE4m3Nan : nvfp4_scale_tensor(bits_float(key), p.ts, p.target);
-      const int64_t i0 = row[s] * a.cols + c0;
-      const uint2 codes = qk::encode16(p, v[s], scale, p.ts.s_dec, static_cast<uint64_t>(i0));
-      if (active[s]) store_block(a, i0, j, codes, scale, p.ts.s_dec);
-    }
+  for (int s = 0; s < kItems; ++s) {
+    bool bad = false;
+    const float amax16 = prepare16<T, kRht>(a, raw[s], row[s] * a.cols + c0, v[s], signs[s], bad);
+    if (bad) nonfinite += qk::count_nonfinite16(v[s]);
+    uint32_t key = bad ? 0xFFFFFFFFu : __float_as_uint(amax16);
+    key = max(key, __shfl_xor_sync(qk::kFullMask, key, 8));
+    key = max(key, __shfl_xor_sync(qk::kFullMask, key, 16));
+    if (lane < 8) tile_key[s][warp][j] = key;
   }
-  if (!p.block128 && blockIdx.x == 0 && threadIdx.x == 0) a.out.outer[0] = p.ts.s_dec;
+  __syncthreads();
+#pragma unroll
+  for (int s = 0; s < kItems; ++s) {
+    const int w0 = warp & ~3;
+    uint32_t key = tile_key[s][w0][j];
+#pragma unroll
+    for (int w = 1; w < 4; ++w) key = max(key, tile_key[s][w0 + w][j]);
+    const bool bad = key == 0xFFFFFFFFu;
+    const uint8_t scale = bad ? kE4m3Nan : tensor_scale(p, t, __uint_as_float(key));
+    const int64_t i0 = row[s] * a.cols + c0;
+    const uint2 codes =
+        qk::encode16_fast<false, kSr>(v[s], t.e_table[scale], Block128Divisor{},
+                                      bad ? make_uint2(0, 0) : signs[s], p.rng, static_cast<uint64_t>(i0));
+    if (row[s] < a.rows && c0 < a.cols) store_block(a, i0 / 16, false, codes, scale, p.ts.s_dec);
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) a.out.outer[0] = p.ts.s_dec;
   if (a.nonfinite != nullptr) qk::warp_count_add(nonfinite, a.nonfinite);
 }
 
-template <QuantIoType T>
-void launch_quantize(const QuantArgs& a, unsigned grid, cudaStream_t stream) {
-  if (a.tile16x16)
-    quantize_nvfp4_kernel<T, true><<<grid, kThreads, 0, stream>>>(a);
+// Run-time flags to compile-time kernel parameters.
+template <typename F>
+void with_bool(bool v, F&& f) {
+  if (v)
+    f(std::true_type{});
   else
-    quantize_nvfp4_kernel<T, false><<<grid, kThreads, 0, stream>>>(a);
+    f(std::false_type{});
+}
+
+template <typename F>
+void with_rht(int n, F&& f) {
+  if (n == 0)
+    f(std::integral_constant<int, 0>{});
+  else if (n == 16)
+    f(std::integral_constant<int, 16>{});
+  else
+    f(std::integral_constant<int, -1>{});
+}
+
+template <QuantIoType T>
+void launch_quantize(const QuantArgs& a, const QuantSpec& spec, cudaStream_t stream) {
+  const bool sr = spec.rounding == Rounding::kSr;
+  if (spec.block == BlockShape::k16x16) {
+    const int64_t tiles = qk::ceil_div(a.rows, 64) * qk::ceil_div(a.cols, 128);
+    FP4_CHECK(tiles < (int64_t{1} << 31), "quantize_nvfp4_cuda: tensor [", a.rows, " x ", a.cols,
+              "] is too large for one launch");
+    with_bool(sr, [&](auto kSr) {
+      with_rht(spec.rht_n, [&](auto kRht) {
+        quantize_tiles_kernel<T, kSr(), kRht()><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(a);
+      });
+    });
+    return;
+  }
+  const int64_t groups = qk::ceil_div(a.rows * a.cols / 16, rows_items(T) * kThreads);
+  FP4_CHECK(groups < (int64_t{1} << 31), "quantize_nvfp4_cuda: tensor [", a.rows, " x ", a.cols,
+            "] is too large for one launch");
+  const auto grid = static_cast<unsigned>(groups);
+  with_bool(spec.outer == OuterScale::kBlock128, [&](auto kB128) {
+    with_bool(sr, [&](auto kSr) {
+      with_rht(spec.rht_n, [&](auto kRht) {
+        with_bool(spec.four_over_six == FourOverSix::kMse, [&](auto kFos) {
+          quantize_rows_kernel<T, kB128(), kSr(), kRht(), kFos()><<<grid, kThreads, 0, stream>>>(a);
+        });
+      });
+    });
+  });
 }
 
 }  // namespace
 
 void quantize_nvfp4_cuda(const DeviceInput& x, const QuantSpec& spec, const QuantRandomness& rnd,
-                         const Nvfp4DeviceView& out, const float* amax_device, unsigned long long* nonfinite_device,
-                         const DequantOutput& dequant, cudaStream_t stream) {
+                         const Nvfp4DeviceView& out, const float* amax_device,
+                         unsigned long long* nonfinite_device, const DequantOutput& dequant,
+                         cudaStream_t stream) {
   constexpr const char* kWhat = "quantize_nvfp4_cuda";
   qk::check_nvfp4_spec(x.rows, x.cols, spec, rnd, kWhat);
   qk::check_input(x, kWhat);
   qk::check_view(out, x.rows, x.cols, spec, kWhat);
   qk::check_dequant(dequant, kWhat);
-  if (spec.outer == OuterScale::kTensor) qk::check_aligned(amax_device, 4, kWhat, "amax (tensor outer scale)");
+  if (spec.outer == OuterScale::kTensor)
+    qk::check_aligned(amax_device, 4, kWhat, "amax (tensor outer scale)");
   if (nonfinite_device != nullptr) qk::check_aligned(nonfinite_device, 8, kWhat, "non-finite counter");
 
   QuantArgs a{};
@@ -149,7 +289,6 @@ void quantize_nvfp4_cuda(const DeviceInput& x, const QuantSpec& spec, const Quan
   a.rows = x.rows;
   a.cols = x.cols;
   a.p = qk::make_params(spec, rnd);
-  a.tile16x16 = spec.block == BlockShape::k16x16;
   a.rht_n = spec.rht_n;
   a.signs = rnd.signs;
   a.amax = amax_device;
@@ -158,14 +297,10 @@ void quantize_nvfp4_cuda(const DeviceInput& x, const QuantSpec& spec, const Quan
   a.dq = dequant.data;
   a.dq_bf16 = dequant.dtype == QuantIoType::kBF16;
   a.dq_apply = dequant.apply_tensor_scale;
-
-  const int64_t tiles = qk::ceil_div(x.rows, kTileRows) * qk::ceil_div(x.cols, kTileCols);
-  FP4_CHECK(tiles < (int64_t{1} << 31), kWhat, ": tensor [", x.rows, " x ", x.cols, "] is too large for one launch");
-  const unsigned grid = static_cast<unsigned>(tiles);
   if (x.dtype == QuantIoType::kF32)
-    launch_quantize<QuantIoType::kF32>(a, grid, stream);
+    launch_quantize<QuantIoType::kF32>(a, spec, stream);
   else
-    launch_quantize<QuantIoType::kBF16>(a, grid, stream);
+    launch_quantize<QuantIoType::kBF16>(a, spec, stream);
   FP4_CUDA_CHECK_LAUNCH("quantize_nvfp4_kernel");
 }
 
