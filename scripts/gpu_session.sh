@@ -12,6 +12,7 @@
 #   exp30m       olmo2-30m, $EXP_RECIPES (default all three), $EXP_STEPS steps (default 3052: 100M tokens),
 #                then the report; EXP_GROUPS="bf16,nvidia-nvfp4 tetrajet-v2-base" runs groups on GPUs 0, 1, ...
 #   dist2        scripts/dist_gpu_check.sh 2 (needs two GPUs)
+#   distscale    bench/dist_scaling.sh olmo2-370m on 1 and 2 GPUs ($DIST_SCALE_RECIPES, default bf16 tetrajet-v2-base)
 #   normbench    norm_kernels_bench (RMSNorm, QK-norm+RoPE, SwiGLU against a D2D copy)
 #   testsbg      start test_cuda in the background (it is CPU-heavy: it overlaps the GPU phases after it)
 #   testswait    wait for it and report
@@ -181,6 +182,13 @@ phase_dist2() {  # the two-GPU data-parallel checks (scripts/dist_gpu_check.sh),
   OUT=$out STEPS=${DIST_STEPS:-40} timeout ${DIST_TIMEOUT:-240} scripts/dist_gpu_check.sh 2 >"$out/dist_check.log" 2>&1
   note "dist_gpu_check 2 rc=$?"
   grep -E "^==|vs |failed" "$out/dist_check.log" | head -20
+}
+
+phase_distscale() {  # tokens/s per GPU on 1 and 2 GPUs (bench/dist_scaling.sh), $DIST_SCALE_RECIPES
+  OUT=$out STEPS=${DIST_SCALE_STEPS:-16} timeout ${DIST_SCALE_TIMEOUT:-200} bench/dist_scaling.sh olmo2-370m \
+    ${DIST_SCALE_RECIPES:-bf16 tetrajet-v2-base} >"$out/dist_scaling.log" 2>&1
+  note "dist_scaling rc=$?"
+  grep -E "^\||efficiency" "$out/dist_scaling.log" | head -12
 }
 
 ncu_bin() { command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1; }
