@@ -91,7 +91,7 @@ phase_smoke1b() {
 phase_buildq() { configure_and_build quantize_bench train_bench; }
 phase_buildlite() { configure_and_build fp4train train_bench; }  # what training and the recipe bench need
 phase_recipebench() {
-  for cfg in olmo2-70m olmo2-370m; do
+  for cfg in ${RB_CONFIGS:-olmo2-70m olmo2-370m}; do
     timeout 100 $B/train_bench --config $cfg --steps 5 --warmup 2 --recipes bf16,nvidia-nvfp4,tetrajet-v2-base \
       >>"$out/train_bench.log" 2>&1
   done
