@@ -118,7 +118,9 @@ TEST(DistCuda, PlainEnginesOfOneSeedAreBitIdentical) {
   ModelConfig cfg = model_preset("tiny");
   cfg.n_layers = 3;
   for (const char* recipe_name : {"bf16", "nvidia-nvfp4", "tetrajet-v2-base"}) {
-    for (const auto& [rows, seq] : {std::pair{2, 64}, std::pair{2, 48}, std::pair{3, 64}}) {
+    // Token counts are multiples of 128 (block128 scaling runs along the tokens in the weight gradient);
+    // T <= 64 keeps the attention backward to one key tile, so its dQ sums are reproducible.
+    for (const auto& [rows, seq] : {std::pair{2, 64}, std::pair{8, 48}, std::pair{4, 64}}) {
       const std::string what = std::string(recipe_name) + ", " + std::to_string(rows) + " x " +
                                std::to_string(seq) + ", seed " + std::to_string(seed);
       const Recipe recipe = load_recipe(recipe_name);
@@ -178,12 +180,12 @@ TEST(DistCuda, OneRankNcclTrainingIsBitIdenticalToThePlainEngine) {
     for (int step = 0; step < 4; ++step) {
       // 1 to 3 micro-batches: accumulation must reduce only after the last one.
       std::vector<Batch> micro;
-      for (int m = 0; m <= step % 3; ++m) micro.push_back(random_batch(rng, 3, 64, cfg.vocab_real));
+      for (int m = 0; m <= step % 3; ++m) micro.push_back(random_batch(rng, 4, 64, cfg.vocab_real));
       const StepStats a = plain->train_step(micro, h);
       const StepStats b = on->train_step(micro, h);
       const StepStats c = off->train_step(micro, h);
       const std::string at = where + ", step " + std::to_string(step) + " (" + std::to_string(micro.size()) +
-                             " micro-batches of 3 x 64)";
+                             " micro-batches of 4 x 64)";
       // One NCCL rank reduces in place without changing a bit: the gradients stay the plain engine's.
       const bool same_on = expect_same_step(a, b, *plain, *on, at + ", plain vs overlap on");
       const bool same_off = expect_same_step(a, c, *plain, *off, at + ", plain vs overlap off");
@@ -290,7 +292,7 @@ TEST(DistCuda, OverlappedReductionsWaitForTheirBucketAndTheOptimizerWaitsForThem
           std::string(recipe_name) + ", spin " + std::to_string(spin_ns) + " ns, seed " + std::to_string(seed);
       for (int step = 0; step < 3; ++step) {
         std::vector<Batch> micro;
-        for (int m = 0; m < 3; ++m) micro.push_back(random_batch(rng, 2, 48, cfg.vocab_real));
+        for (int m = 0; m < 3; ++m) micro.push_back(random_batch(rng, 8, 48, cfg.vocab_real));
         const StepStats a = on->train_step(micro, h);
         const StepStats b = off->train_step(micro, h);
         // One reduction per bucket and step, however many micro-batches.
