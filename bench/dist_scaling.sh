@@ -27,17 +27,7 @@ have=$(nvidia-smi -L 2>/dev/null | wc -l)
 MAX_GPUS=${MAX_GPUS:-$have}
 DEVICE=${DEVICE:-cuda}
 
-pick_data() {
-  if [ -n "${DATA:-}" ]; then echo "$DATA"; return; fi
-  if [ -f data/shards-gpt2/manifest.json ]; then echo data/shards-gpt2; return; fi
-  local small=data/shards-gpt2-small
-  if [ ! -f "$small/manifest.json" ]; then
-    [ -d data/corpus ] || { mkdir -p data && tar xJf .carry/corpus.tar.xz -C data; } >&2
-    "$B/fp4train" prepare --input data/corpus/train/gutenberg --val data/corpus/val/gutenberg \
-      --tokenizer data/tokenizers/gpt2 --out "$small" >"$out/prepare.log" 2>&1 || { tail -3 "$out/prepare.log" >&2; return 1; }
-  fi
-  echo "$small"
-}
+source "$root/scripts/lib/pick_data.sh"
 DATA=$(pick_data) || { echo "no data"; exit 1; }
 
 # run NAME GPUS OVERLAP RECIPE: writes the job's tokens/s to $out/NAME.tps (median of the second half

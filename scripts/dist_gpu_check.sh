@@ -32,18 +32,7 @@ rm -rf "$out" && mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
 status=0
 
-# The shards to train on: $DATA, else the full GPT-2 set, else a small one prepared now (seconds).
-pick_data() {
-  if [ -n "${DATA:-}" ]; then echo "$DATA"; return; fi
-  if [ -f data/shards-gpt2/manifest.json ]; then echo data/shards-gpt2; return; fi
-  local small=data/shards-gpt2-small
-  if [ ! -f "$small/manifest.json" ]; then
-    [ -d data/corpus ] || { mkdir -p data && tar xJf .carry/corpus.tar.xz -C data; } >&2
-    "$B/fp4train" prepare --input data/corpus/train/gutenberg --val data/corpus/val/gutenberg \
-      --tokenizer data/tokenizers/gpt2 --out "$small" >"$out/prepare.log" 2>&1 || { tail -3 "$out/prepare.log" >&2; return 1; }
-  fi
-  echo "$small"
-}
+source "$root/scripts/lib/pick_data.sh"
 DATA=$(pick_data) || { echo "no data"; exit 1; }
 
 # The schedule is pinned to STEPS so that a run stopped at half time resumes the same schedule.

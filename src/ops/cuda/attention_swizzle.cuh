@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "ops/cuda/attention_ptx.cuh"
+#include "ops/cuda/attention_tiles.cuh"
 #include "ops/cuda/attention_wgmma.cuh"
 
 namespace fp4::cuda::attn {
@@ -20,24 +21,13 @@ __device__ __forceinline__ uint32_t sw128_offset(int r, int c) {
   return static_cast<uint32_t>((c >> 6) * (kRows * 128) + r * 128 + ((((c >> 3) & 7) ^ (r & 7)) << 4) + (c & 7) * 2);
 }
 
-// Copies rows row0 .. row0+kRows-1 (kCols elements each) of the row-major global matrix src (row stride ld)
-// into the swizzled tile at shared address dst; rows at or past row_end become zeros.
+// copy_rows_async into the 128-byte-swizzled tile at shared address dst.
 template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void copy_tile_sw128(uint32_t dst, const __nv_bfloat16* src, int64_t ld, int row0,
                                                 int row_end, int tid) {
-  constexpr int kChunksPerRow = kCols / 8;
-  constexpr int kChunks = kRows * kChunksPerRow;
-  static_assert(kCols % 64 == 0 && kChunks % kThreads == 0, "tile must split evenly over the threads");
-#pragma unroll
-  for (int i = 0; i < kChunks / kThreads; ++i) {
-    const int chunk = i * kThreads + tid;
-    const int r = chunk / kChunksPerRow;
-    const int col = (chunk % kChunksPerRow) * 8;
-    const int row = row0 + r;
-    const bool valid = row < row_end;
-    const __nv_bfloat16* g = src + (valid ? static_cast<int64_t>(row) * ld : 0) + col;
-    cp_async_16(dst + sw128_offset<kRows>(r, col), g, valid);
-  }
+  static_assert(kCols % 64 == 0, "the swizzled layout holds 64-column blocks");
+  copy_rows_async<kRows, kCols, kThreads>([dst](int r, int col) { return dst + sw128_offset<kRows>(r, col); }, src,
+                                          ld, row0, row_end, tid);
 }
 
 // The mma A fragment A[m][k] = tile[m0 + m][k0 + k] of a swizzled tile (ldmatrix, as load_a).

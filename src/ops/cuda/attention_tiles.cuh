@@ -15,9 +15,10 @@ namespace fp4::cuda::attn {
 using bf16 = __nv_bfloat16;
 
 // Copies rows row0 .. row0+kRows-1 (kCols elements each) of the row-major global matrix src (row stride
-// ld elements, 16-byte aligned rows) into dst (row stride kStride); rows at or past row_end become zeros.
-template <int kRows, int kCols, int kStride, int kThreads>
-__device__ __forceinline__ void copy_tile_async(bf16* dst, const bf16* src, int64_t ld, int row0, int row_end,
+// ld elements, 16-byte aligned rows) into shared memory, 16 bytes per cp.async; rows at or past row_end
+// become zeros. dst_of(r, col) is the shared address of tile element (r, col): the tile's layout.
+template <int kRows, int kCols, int kThreads, class DstOf>
+__device__ __forceinline__ void copy_rows_async(DstOf dst_of, const bf16* src, int64_t ld, int row0, int row_end,
                                                 int tid) {
   constexpr int kChunksPerRow = kCols / 8;  // 16-byte chunks
   constexpr int kChunks = kRows * kChunksPerRow;
@@ -30,8 +31,16 @@ __device__ __forceinline__ void copy_tile_async(bf16* dst, const bf16* src, int6
     const int row = row0 + r;
     const bool valid = row < row_end;
     const bf16* g = src + (valid ? static_cast<int64_t>(row) * ld : 0) + col;  // a readable address either way
-    cp_async_16(smem_u32(dst + r * kStride + col), g, valid);
+    cp_async_16(dst_of(r, col), g, valid);
   }
+}
+
+// copy_rows_async into a padded row-major tile dst (row stride kStride).
+template <int kRows, int kCols, int kStride, int kThreads>
+__device__ __forceinline__ void copy_tile_async(bf16* dst, const bf16* src, int64_t ld, int row0, int row_end,
+                                                int tid) {
+  copy_rows_async<kRows, kCols, kThreads>([dst](int r, int col) { return smem_u32(dst + r * kStride + col); }, src,
+                                          ld, row0, row_end, tid);
 }
 
 // A fragment A[m][k] = tile[m0 + m][k0 + k] of a tile stored [m][k].
