@@ -11,6 +11,7 @@
 #include "numerics/formats.h"
 #include "numerics/nvfp4_block.h"
 #include "numerics/philox.h"
+#include "ops/cuda/quant_common.cuh"
 
 namespace fp4::dual {
 
@@ -72,8 +73,7 @@ __device__ __forceinline__ uint2 encode_block(float (&v)[16], float mult, const 
       for (int i = 0; i < 16; ++i) v[i] = mul_rn(v[i], k);
       mult = mul_rn(mult, k);
     }
-    d = block128_divisor(mult);
-    if (mult == 0.0f) d = Block128Divisor{1.0f, 1.0f, 0.0f};  // |x| * 0: every quotient is 0
+    d = qk::block128_divisor_fast(mult);  // RN(1/m) by __frcp_rn; p == 0 gives scale 0: every quotient is 0
   }
   uint32_t w[2] = {0, 0};
 #pragma unroll

@@ -85,19 +85,32 @@ __device__ __forceinline__ float block_amax(const float (&v)[16], bool& bad, uns
   return m;
 }
 
-// Scale code and element multiplier of a block: p = s_in * s_out (block128) or e_b (tensor).
+// Scale code, element multiplier (p = s_in * s_out for block128, e_b for tensor) and decoded scale s_b of
+// a block, with quant_nvfp4.cu's fast E4M3 steps: e4m3_code_nonneg is e4m3_encode for x >= 0 and not NaN
+// (which t and amax16 * mult are here: finite amax, positive finite divisor or multiplier), e4m3_value is
+// e4m3_decode for every code but the NaN one (a non-finite block's, decoded by the reference), and
+// s_enc * inv_target is the multiplier nvfp4_scale_tensor forms. A tensor multiplier that is 0, inf or NaN
+// (a caller's odd amax) takes the reference encoder.
 template <bool kB128>
 __device__ __forceinline__ uint8_t block_scale(const qk::Nvfp4Params& p, float amax16, float outer, bool bad,
-                                               float& mult) {
+                                               float& mult, float& s_b) {
+  uint8_t s;
   if constexpr (kB128) {
-    const uint8_t s = bad ? kE4m3Nan : nvfp4_scale_block128(amax16, outer, p.target);
-    mult = e4m3_decode(s) * outer;
-    return s;
+    const float t = amax16 / outer / p.target;  // as nvfp4_scale_block128
+    s = bad ? kE4m3Nan : (t == 0.0f ? uint8_t{0x01} : static_cast<uint8_t>(qk::e4m3_code_nonneg(t)));
   } else {
-    const uint8_t s = bad ? kE4m3Nan : nvfp4_scale_tensor(amax16, p.ts, p.target);
-    mult = nvfp4_encode_multiplier(s, p.ts.s_dec);
-    return s;
+    const float tm = mul_rn(p.ts.s_enc, p.inv_target);
+    const bool fast = tm > 0.0f && tm <= kFloatMax;
+    s = bad ? kE4m3Nan
+            : (fast ? static_cast<uint8_t>(qk::e4m3_code_nonneg(mul_rn(amax16, tm)))
+                    : nvfp4_scale_tensor(amax16, p.ts, p.target));
   }
+  s_b = s == kE4m3Nan ? e4m3_decode(kE4m3Nan) : qk::e4m3_value(s);
+  if constexpr (kB128)
+    mult = mul_rn(s_b, outer);  // e4m3_decode(s) * outer
+  else
+    mult = min_f(1.0f / mul_rn(s_b, p.ts.s_dec), kFloatMax);  // nvfp4_encode_multiplier
+  return s;
 }
 
 template <uint32_t M>
@@ -163,7 +176,9 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
         outer = nvfp4_block128_outer(qk::max8_lanes(amax16), false, p.target);
       else
         outer = p.ts.s_dec;
-      const uint8_t scale = block_scale<F::kRB128>(p, amax16, outer, bad, mult);
+      float s_b;  // the dequantized value's factor after q: p (block128) or s_b (tensor; S_dec follows)
+      const uint8_t scale = block_scale<F::kRB128>(p, amax16, outer, bad, mult, s_b);
+      if constexpr (F::kRB128) s_b = mult;
       const int64_t i0 = (r0 + rl) * a.cols + c0 + cl;
       float q[16];
       uint2 codes;
@@ -171,8 +186,6 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
         codes = encode_block<F::kRB128, F::kRSr, true>(v, mult, p.rng, static_cast<uint32_t>(i0 >> 2), q);
       else
         codes = encode_block<F::kRB128, F::kRSr, false>(v, mult, p.rng, static_cast<uint32_t>(i0 >> 2), q);
-      // The dequantized value's factor after q: p (block128) or s_b (tensor; S_dec follows).
-      const float s_b = F::kRB128 ? mult : e4m3_decode(scale);
       if (active) {
         *reinterpret_cast<uint2*>(a.out_r.codes + i0 / 2) = codes;
         a.out_r.scales[i0 / 16] = scale;
@@ -269,8 +282,8 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
   uint32_t scales = 0;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    float mult, unused[16];
-    const uint8_t scale = block_scale<F::kCB128>(p, amax16[k], outer, bad[k], mult);
+    float mult, s_b, unused[16];
+    const uint8_t scale = block_scale<F::kCB128>(p, amax16[k], outer, bad[k], mult, s_b);
     const int64_t i0 = trow * a.rows + r0 + hh * 64 + 16 * k;
     codes[k] = encode_block<F::kCB128, F::kCSr, false>(v[k], mult, p.rng, static_cast<uint32_t>(i0 >> 2), unused);
     scales |= static_cast<uint32_t>(scale) << (8 * k);
