@@ -367,8 +367,8 @@ uint32_t fast_mode(const DeviceInput& x, const DualOperand& rows, const DualOper
 template <uint32_t M>
 void launch_fast(const DualArgs& a, unsigned grid, cudaStream_t stream) {
   auto kernel = dual::quantize_dual_fast_kernel<M>;
-  FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dual::kFastSmemBytes));
-  kernel<<<grid, dual::kFastThreads, dual::kFastSmemBytes, stream>>>(a);
+  FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dual::fast_smem_bytes<M>()));
+  kernel<<<grid, dual::kFastThreads, dual::fast_smem_bytes<M>(), stream>>>(a);
   FP4_CUDA_CHECK_LAUNCH("quantize_dual_fast_kernel");
 }
 

@@ -30,9 +30,26 @@ inline constexpr int kFastThreads = 256;
 inline constexpr int kFastTile = 128;
 inline constexpr int kStageStride = 80;  // bytes per T row in the code stage: 64 + 16 keeps STS.128 conflict-free
 
-// Dynamic shared memory: BF16 tile, block multipliers [8][128], T code stage, T scale stage.
-inline constexpr int kTileOff = 0, kMultOff = 32768, kCodeOff = kMultOff + 4096, kScaleOff = kCodeOff + 128 * kStageStride;
-inline constexpr int kFastSmemBytes = kScaleOff + 128 * 8;
+// Dynamic shared memory: the tile (BF16 words of an original source; FP32 values q * (+-s_b) of an aligned
+// one, so that phase 2 reads them as they are), T code stage, T scale stage.
+template <bool kAligned>
+struct FastLayout {
+  static constexpr int kTileOff = 0, kCodeOff = kFastTile * kFastTile * (kAligned ? 4 : 2);
+  static constexpr int kScaleOff = kCodeOff + kFastTile * kStageStride, kBytes = kScaleOff + kFastTile * 8;
+};
+
+template <uint32_t M>
+constexpr int fast_smem_bytes() {
+  return FastLayout<(M & kAlignedSrc) != 0>::kBytes;
+}
+
+// Position of tile column cl in an FP32 tile row: the four 16-byte chunks of each 16-column block are
+// rotated by (block / 2), which makes phase 1's 128-bit stores (8 lanes = 8 blocks of one row) conflict-free
+// and keeps each 32-column run of phase 2's reads a permutation of 32 banks.
+__device__ __forceinline__ int f32_tile_col(int cl) {
+  const int j = cl >> 4;
+  return 16 * j + 4 * (((cl >> 2) + (j >> 1)) & 3) + (cl & 3);
+}
 
 // Running max of |x| that keeps NaN (max.NaN): one instruction; a NaN or Inf in a block shows in the result.
 __device__ __forceinline__ float max_abs_nan(float m, float x) {
@@ -131,8 +148,9 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
   if constexpr (!F::kRB128) qk::load_tensor_scale(p, a.amax_r);
   const uint32_t row_neg = F::kRRht ? (a.signs_r.mask[0] & 0xFFFFu) : 0u;
   const uint32_t col_neg = F::kCRht ? (a.signs_c.mask[0] & 0xFFFFu) : 0u;
-  uint16_t* tile = reinterpret_cast<uint16_t*>(smem + kTileOff);
-  float* mult_tile = reinterpret_cast<float*>(smem + kMultOff);
+  using L = FastLayout<F::kAligned>;
+  uint16_t* tile = reinterpret_cast<uint16_t*>(smem + L::kTileOff);
+  float* tile_f = reinterpret_cast<float*>(smem + L::kTileOff);
   const bool want_q = F::kAligned || a.dq != nullptr;
 
   constexpr int kBatch = F::kF32 ? 2 : 4;  // blocks whose loads are in flight together
@@ -211,15 +229,21 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
         }
       }
       if constexpr (F::kAligned) {
-        // q as BF16 words (exact: E2M1 values have two significant bits), zeros outside the tensor.
-        uint32_t w[8];
+        // The column operand's source element q * (+-s_b), the product the CPU forms (aligned source, column
+        // RHT signs). Outside the tensor it was (+0) * (+-0) = +-0: there the loaded zeros give q = +0 (a
+        // zero amax, a positive finite s_b, a zero quotient or SR grid value with a + sign) unless a row RHT
+        // flipped signs first, and +0 * (+-s_b) is the same +-0.
+        const float m = col_flip ? -s_b : s_b;
+        float d[16];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = active ? __byte_perm(float_bits(q[2 * i]), float_bits(q[2 * i + 1]), 0x7632) : 0u;
-        const uint4 lo = make_uint4(w[0], w[1], w[2], w[3]), hi = make_uint4(w[4], w[5], w[6], w[7]);
-        tile_dst[h] = h ? hi : lo;
-        tile_dst[h ^ 1] = h ? lo : hi;
-        const float m = active ? s_b : 0.0f;
-        mult_tile[j * kFastTile + rl] = col_flip ? -m : m;
+        for (int i = 0; i < 16; ++i) d[i] = (F::kRRht && !active) ? 0.0f : q[i];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) d[i] = mul_rn(d[i], (F::kRRht && !active) ? (col_flip ? -0.0f : 0.0f) : m);
+        float* row = tile_f + rl * kFastTile + 16 * j;
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          *reinterpret_cast<float4*>(row + 4 * ((c + (j >> 1)) & 3)) =
+              make_float4(d[4 * c], d[4 * c + 1], d[4 * c + 2], d[4 * c + 3]);
       }
     }
   }
@@ -234,8 +258,9 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
   __shared__ float half_amax[2][kFastTile];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hh = warp >> 2, cl = (warp & 3) * 32 + lane;
-  const uint16_t* tile = reinterpret_cast<const uint16_t*>(smem + kTileOff);
-  const float* mult_tile = reinterpret_cast<const float*>(smem + kMultOff);
+  using L = FastLayout<F::kAligned>;
+  const uint16_t* tile = reinterpret_cast<const uint16_t*>(smem + L::kTileOff);
+  const float* tile_f = reinterpret_cast<const float*>(smem + L::kTileOff) + f32_tile_col(cl);
   float s_dec_rows = 1.0f;  // an aligned tensor-scaled row operand decodes as (q * s_b) * S_dec
   if constexpr (F::kAligned && !F::kRB128) s_dec_rows = nvfp4_tensor_scale(*a.amax_r, false, a.pr.target).s_dec;
 
@@ -247,17 +272,9 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
   for (int k = 0; k < 4; ++k) {
     const int rb = hh * 64 + 16 * k;
     if constexpr (F::kAligned) {
-      const float4* m4 = reinterpret_cast<const float4*>(mult_tile + (cl >> 4) * kFastTile + rb);
-      float mv[16];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const float4 f = m4[c];
-        mv[4 * c] = f.x, mv[4 * c + 1] = f.y, mv[4 * c + 2] = f.z, mv[4 * c + 3] = f.w;
-      }
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
-        const float qv = bits_float(static_cast<uint32_t>(tile[(rb + i) * kFastTile + cl]) << 16);
-        v[k][i] = mul_rn(qv, mv[i]);
+        v[k][i] = tile_f[(rb + i) * kFastTile];
         if constexpr (!F::kRB128) v[k][i] = mul_rn(v[k][i], s_dec_rows);
       }
     } else {
@@ -288,10 +305,10 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
     codes[k] = encode_block<F::kCB128, F::kCSr, false>(v[k], mult, p.rng, static_cast<uint32_t>(i0 >> 2), unused);
     scales |= static_cast<uint32_t>(scale) << (8 * k);
   }
-  uint4* cdst = reinterpret_cast<uint4*>(smem + kCodeOff + cl * kStageStride + hh * 32);
+  uint4* cdst = reinterpret_cast<uint4*>(smem + L::kCodeOff + cl * kStageStride + hh * 32);
   cdst[0] = make_uint4(codes[0].x, codes[0].y, codes[1].x, codes[1].y);
   cdst[1] = make_uint4(codes[2].x, codes[2].y, codes[3].x, codes[3].y);
-  *reinterpret_cast<uint32_t*>(smem + kScaleOff + cl * 8 + hh * 4) = scales;
+  *reinterpret_cast<uint32_t*>(smem + L::kScaleOff + cl * 8 + hh * 4) = scales;
   if (F::kCB128 && hh == 0 && cl < nc) a.out_c.outer[(trow * a.rows + r0) / 128] = outer;
   qk::warp_count_add(nonfinite, a.nonfinite_c);
   if (!F::kCB128 && blockIdx.x == 0 && threadIdx.x == 0) a.out_c.outer[0] = p.ts.s_dec;
@@ -304,11 +321,11 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
     const int item = threadIdx.x + kFastThreads * it, rt = item >> 3, ch = item & 7;
     if (rt < nc && ch * 16 < nr)
       *reinterpret_cast<uint2*>(a.out_c.codes + (c0 + rt) * code_stride + r0 / 2 + ch * 8) =
-          *reinterpret_cast<const uint2*>(smem + kCodeOff + rt * kStageStride + ch * 8);
+          *reinterpret_cast<const uint2*>(smem + L::kCodeOff + rt * kStageStride + ch * 8);
   }
   if (threadIdx.x < nc) {
     const int rt = threadIdx.x;
-    const uint8_t* src = smem + kScaleOff + rt * 8;
+    const uint8_t* src = smem + L::kScaleOff + rt * 8;
     uint8_t* dst = a.out_c.scales + (c0 + rt) * scale_stride + r0 / 16;
     if (nr == kFastTile && ((reinterpret_cast<uintptr_t>(dst) & 7) == 0)) {  // (scales are only byte-aligned)
       *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(src);
