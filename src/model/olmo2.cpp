@@ -15,6 +15,10 @@ constexpr int64_t kLogitChunkElements = int64_t{1} << 22;  // 16 MiB of FP32 log
 Olmo2Model::Olmo2Model(const ModelConfig& cfg, const Recipe& recipe) : cfg_(cfg) {
   validate(cfg_);
   const int64_t d = cfg_.d_model, v = cfg_.vocab_size;
+  if (recipe.out_control.enabled) {
+    out_control_ = std::make_unique<OutControl>(recipe.out_control);
+    quant_ctx_.out_control = out_control_.get();
+  }
   embed_ = params_.add("embed", {v, d}, false, ParamInit::kNormal);
   for (int l = 0; l < cfg_.n_layers; ++l)
     blocks_.push_back(std::make_unique<Block>(params_, cfg_, recipe, l, &quant_ctx_));

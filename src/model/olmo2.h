@@ -34,6 +34,9 @@ class Olmo2Model {
   // The quantized linears' random streams: the run seed and a per-forward call index, which the engine
   // sets before each forward (a pure function of step and micro-batch, so resumed runs repeat it).
   QuantContext& quant_context() { return quant_ctx_; }
+  // OutControl's registry of the quantized linears, when the recipe enables it (else nullptr).
+  OutControl* out_control() { return out_control_.get(); }
+  const OutControl* out_control() const { return out_control_.get(); }
 
   // Forward through the final norm for tokens [b][t] (checked against the vocabulary and max_seq_len).
   void forward(const int32_t* tokens, int b, int t);
@@ -58,6 +61,7 @@ class Olmo2Model {
 
   ModelConfig cfg_;
   QuantContext quant_ctx_;
+  std::unique_ptr<OutControl> out_control_;
   ParameterSet params_;
   int embed_ = -1;
   std::vector<std::unique_ptr<Block>> blocks_;

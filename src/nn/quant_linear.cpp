@@ -37,6 +37,12 @@ QuantRandomness quant_randomness(const LinearPolicy& policy, const QuantContext&
 }
 
 void QuantLinearCpu::forward(const float* x, const float* w, float* y, int n, const QuantContext& ctx) {
+  if (channels_ && channels_->calibrating()) channels_->accumulate(x, n);
+  split_ = channels_ && channels_->frozen();
+  if (split_) {
+    forward_split(x, w, y, n, ctx);
+    return;
+  }
   const auto& q1 = policy_[Operand::kQ1X];
   const auto& q2 = policy_[Operand::kQ2W];
   const auto& q4 = policy_[Operand::kQ4Wt];
@@ -95,6 +101,11 @@ void QuantLinearCpu::backward(const float* dy, float* dx, float* dw, int n, bool
     cpu::gemm(false, true, n, in_, out_, 1.0f, a.data(), out_, b.data(), out_, accumulate_dx ? 1.0f : 0.0f,
               dx, in_);
 
+  if (split_) {
+    nonfinite_ += dyq.nonfinite();
+    backward_split_dw(dy, dw, n);
+    return;
+  }
   // dW += Q5(dY^T) Q6(X^T)^T, reduction over n (shared dW RHT signs).
   const std::vector<float> dyt = transposed(dy, n, out_);
   const QuantOperand dytq(dyt.data(), out_, n, q5,

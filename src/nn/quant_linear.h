@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "nn/out_control.h"
 #include "nn/quant_operand.h"
 #include "recipe/recipe.h"
 
@@ -15,6 +16,7 @@ namespace fp4 {
 struct QuantContext {
   uint64_t seed = 0;
   uint64_t call = 0;
+  OutControl* out_control = nullptr;  // the model's OutControl registry, when the recipe enables it
 };
 
 // RNG purposes inside one call of one layer.
@@ -36,7 +38,10 @@ class QuantLinearCpu {
   void backward(const float* dy, float* dx, float* dw, int n, bool accumulate_dx);
 
   // Bytes the forward kept for the backward (packed operands), for the memory accounting.
-  int64_t saved_bytes() const { return q4_.stored_bytes() + q6_.stored_bytes(); }
+  int64_t saved_bytes() const {
+    const auto x8 = split_ ? static_cast<int64_t>(x8t_.codes.size() + x8t_.scales.size()) : 0;
+    return q4_.stored_bytes() + q6_.stored_bytes() + x8;
+  }
   // Tests: keep the forward operands' values X^ = Q1(X), W^ = Q2(W) of the last call (off by default,
   // since the layer must not keep high-precision copies).
   void keep_forward_values(bool on) { keep_forward_values_ = on; }
@@ -44,10 +49,19 @@ class QuantLinearCpu {
   const std::vector<float>& last_w_hat() const { return w_hat_; }
   uint64_t nonfinite_inputs() const { return nonfinite_; }
 
+  // OutControl: this layer's channel state (owned by the model's OutControl). While it calibrates the
+  // forward measures X; once frozen the forward splits X and W into NVFP4 (C4) and MXFP8 (C8) channels.
+  void set_out_channels(OutChannels* channels) { channels_ = channels; }
+
  private:
   QuantRandomness randomness(const QuantContext& ctx, QuantPurpose sr, QuantPurpose rht, int rht_n) const {
     return quant_randomness(policy_, ctx, layer_id_, sr, rht, rht_n);
   }
+
+  // The OutControl layer (quant_linear_split.cpp): forward over C4 in NVFP4 and C8 in MXFP8, dX from the
+  // assembled W^, dW per channel set.
+  void forward_split(const float* x, const float* w, float* y, int n, const QuantContext& ctx);
+  void backward_split_dw(const float* dy, float* dw, int n);
 
   LinearPolicy policy_;
   int in_, out_;
@@ -61,6 +75,9 @@ class QuantLinearCpu {
   QuantContext ctx_;
   int saved_n_ = -1;
   uint64_t nonfinite_ = 0;
+  OutChannels* channels_ = nullptr;
+  bool split_ = false;  // the last forward was the OutControl split
+  Mxfp8Tensor x8t_;     // split: MX8 along n of dequant(MX8(X[:, C8]))^T, [|C8| x n padded to 32]
 };
 
 }  // namespace fp4

@@ -43,6 +43,15 @@ struct OsciResetConfig {
   double track_fraction = 1.0;
 };
 
+// OutControl's static outlier-channel retention (RECIPES.md section 7; nn/out_control.h). Off unless enabled.
+struct OutControlConfig {
+  bool enabled = false;
+  int calib_start = 501;  // first optimizer step (1-based) whose forwards are measured
+  int calib_steps = 50;   // steps measured; the channels freeze at the end of the last one
+  double ratio = 0.1;     // share of a layer's input channels kept in MXFP8, in (0, 1)
+  int round_to = 128;     // channel count rounded up to a multiple of this (a multiple of 16)
+};
+
 struct Recipe {
   std::string name = "bf16";
   std::string description;
@@ -50,6 +59,7 @@ struct Recipe {
   std::vector<int> bf16_layers;     // block indices kept in BF16; negative counts from the end
   std::string optimizer = "adamw";  // adamw (q-adamw, root, q-root later)
   OsciResetConfig osci_reset;
+  OutControlConfig out_control;
 
   // The policy for linear `kind` of block `layer` in a model of `n_layers` blocks.
   LinearPolicy policy_for(int layer, int n_layers, LinearKind kind) const;

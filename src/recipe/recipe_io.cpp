@@ -108,6 +108,32 @@ void set_osci_field(OsciResetConfig& c, const std::string& field, const std::str
   }
 }
 
+void set_out_control_field(OutControlConfig& c, const std::string& field, const std::string& value,
+                           const std::string& where) {
+  char* end = nullptr;
+  if (field == "enabled") {
+    FP4_CHECK(value == "true" || value == "false", where, ": expected true or false, got '", value, "'");
+    c.enabled = value == "true";
+  } else if (field == "calib_start" || field == "calib_steps") {
+    const long v = std::strtol(value.c_str(), &end, 10);
+    FP4_CHECK(!value.empty() && *end == '\0' && v >= 1 && v <= 1'000'000'000, where,
+              ": expected a positive number of steps, got '", value, "'");
+    (field == "calib_start" ? c.calib_start : c.calib_steps) = static_cast<int>(v);
+  } else if (field == "ratio") {
+    const double v = std::strtod(value.c_str(), &end);
+    FP4_CHECK(!value.empty() && *end == '\0' && v > 0 && v < 1, where, ": expected a fraction in (0, 1), got '",
+              value, "'");
+    c.ratio = v;
+  } else if (field == "round_to") {
+    const long v = std::strtol(value.c_str(), &end, 10);
+    FP4_CHECK(!value.empty() && *end == '\0' && v >= 16 && v % 16 == 0 && v <= 65536, where,
+              ": expected a positive multiple of 16 (NVFP4 blocks stay whole), got '", value, "'");
+    c.round_to = static_cast<int>(v);
+  } else {
+    FP4_THROW(where, ": unknown key (expected enabled, calib_start, calib_steps, ratio, round_to)");
+  }
+}
+
 void set_rht_signs(Recipe& r, const std::string& v, const std::string& where) {
   FP4_CHECK(v == "fixed" || v == "per_call", where, ": expected 'fixed' or 'per_call', got '", v, "'");
   r.linear.rht_fresh_signs = v == "per_call";
@@ -193,9 +219,16 @@ Recipe parse_recipe(const std::string& text, const std::string& origin) {
         const std::string ow = origin + ": 'osci_reset." + std::string(ok.str()) + "'";
         set_osci_field(r.osci_reset, std::string(ok.str()), node_text(onode, ow), ow);
       }
+    } else if (key == "out_control") {
+      const toml::table* ot = node.as_table();
+      FP4_CHECK(ot, where, ": expected a table");
+      for (const auto& [ok, onode] : *ot) {
+        const std::string ow = origin + ": 'out_control." + std::string(ok.str()) + "'";
+        set_out_control_field(r.out_control, std::string(ok.str()), node_text(onode, ow), ow);
+      }
     } else {
       FP4_THROW(origin, ": unknown key '", key,
-                "' (expected name, description, optimizer, bf16_layers, linear, osci_reset)");
+                "' (expected name, description, optimizer, bf16_layers, linear, osci_reset, out_control)");
     }
   }
   FP4_CHECK(!r.name.empty(), origin, ": missing 'name'");
@@ -214,6 +247,7 @@ void apply_recipe_override(Recipe& r, const std::string& assignment) {
   else if (key == "bf16_layers") r.bf16_layers = parse_layer_list(value, where);
   else if (key == "linear.rht_signs") set_rht_signs(r, value, where);
   else if (key.rfind("osci_reset.", 0) == 0) set_osci_field(r.osci_reset, key.substr(11), value, where);
+  else if (key.rfind("out_control.", 0) == 0) set_out_control_field(r.out_control, key.substr(12), value, where);
   else if (key.rfind("linear.", 0) == 0) {
     const std::string rest = key.substr(7);
     const auto dot = rest.find('.');
@@ -222,7 +256,7 @@ void apply_recipe_override(Recipe& r, const std::string& assignment) {
     set_spec_field(r.linear.q[op], rest.substr(dot + 1), value, where);
   } else {
     FP4_THROW(where, ": unknown key '", key, "' (expected name, optimizer, bf16_layers, linear.rht_signs, ",
-              "linear.q1..q6.<field>, osci_reset.<field>)");
+              "linear.q1..q6.<field>, osci_reset.<field>, out_control.<field>)");
   }
 }
 
@@ -273,6 +307,20 @@ void validate(const Recipe& r) {
               ": osci_reset needs Q2 (W) with RTN and no RHT (a weight's grid point must be a function of the "
               "weights)");
   }
+  const OutControlConfig& c = r.out_control;
+  if (c.enabled) {
+    FP4_CHECK(c.ratio > 0 && c.ratio < 1, name, ": out_control.ratio (", c.ratio, ") must lie in (0, 1)");
+    FP4_CHECK(c.round_to >= 16 && c.round_to % 16 == 0, name, ": out_control.round_to (", c.round_to,
+              ") must be a positive multiple of 16");
+    FP4_CHECK(c.calib_start >= 1 && c.calib_steps >= 1, name, ": out_control.calib_start and calib_steps must ",
+              "be positive");
+    FP4_CHECK(q1.format == QuantFormat::kNvfp4 && q2.format == QuantFormat::kNvfp4, name,
+              ": out_control splits the NVFP4 forward, but Q1 (X) is ", to_string(q1.format), " and Q2 (W) is ",
+              to_string(q2.format));
+    FP4_CHECK(q4.source != QuantSource::kReuse && q6.source != QuantSource::kReuse, name,
+              ": out_control needs Q4 (W^T) and Q6 (X^T) re-quantized (source aligned or original): reuse would ",
+              "multiply the MXFP8 channels without re-quantizing them");
+  }
 }
 
 Recipe load_recipe(const std::string& name_or_path, const std::vector<std::string>& overrides) {
@@ -318,6 +366,11 @@ std::string to_toml(const Recipe& r) {
     os << "\n[osci_reset]\nenabled = true\nwindow = " << o.window << "\nthreshold = " << float_text(o.threshold)
        << "\nperiod = " << o.period << "\nstart = " << float_text(o.start)
        << "\ntrack_fraction = " << float_text(o.track_fraction) << "\n";
+  }
+  if (r.out_control.enabled) {  // only when on, as for osci_reset
+    const OutControlConfig& c = r.out_control;
+    os << "\n[out_control]\nenabled = true\ncalib_start = " << c.calib_start << "\ncalib_steps = " << c.calib_steps
+       << "\nratio = " << float_text(c.ratio) << "\nround_to = " << c.round_to << "\n";
   }
   return os.str();
 }

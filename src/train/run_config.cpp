@@ -566,7 +566,7 @@ std::vector<std::string> identity_differences(const RunConfig& before, const Run
 
 std::string expand_recipe_shorthand(const std::string& assignment) {
   if (assignment.rfind("linear.", 0) == 0 || assignment.rfind("bf16_layers=", 0) == 0 ||
-      assignment.rfind("osci_reset.", 0) == 0)
+      assignment.rfind("osci_reset.", 0) == 0 || assignment.rfind("out_control.", 0) == 0)
     return std::string(kOverridesPrefix) + assignment;
   return assignment;
 }

@@ -85,6 +85,8 @@ class CudaEngine final : public TrainingEngine, public GradientProbe, public Gra
       : device_(select_device(device)), cfg_(cfg), uploader_(stream_.get()), sums_(2) {
     FP4_CHECK(recipe.optimizer == "adamw", "recipe ", recipe.name, ": optimizer '", recipe.optimizer,
               "' is not available in the CUDA engine (adamw only)");
+    FP4_CHECK(!recipe.out_control.enabled, "recipe ", recipe.name, ": out_control (OutControl's outlier ",
+              "channels) runs on the CPU engine only so far; use device = "cpu" or set out_control.enabled=false");
     cudaDeviceProp prop{};
     FP4_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     device_name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
