@@ -1,0 +1,50 @@
+// Newton-Schulz orthogonalization of a momentum matrix (RECIPES.md section 8.3), the core of Muon and
+// ROOT: X <- B / ||B||_F, then `steps` times X <- a X + (b A + c A^2) X with A = X X^T. The iteration is
+// run in the wide orientation (rows <= cols) so A is the smaller Gram matrix; a tall input is transposed
+// in and out, which gives the same result as the A = X^T X form. Two precisions:
+//  - kFp32: every product an FP32 GEMM (OpenBLAS);
+//  - kNvfp4 (Q-Root): every matrix product has its operands quantized to NVFP4 (1x16 blocks along the
+//    product's reduction dimension, the symmetric A in 16x16 tiles, per-tensor FP32 outer scale) and is
+//    accumulated in FP32. Sums and scalings (a X, b A) stay FP32. Dimensions that are not multiples of 16
+//    are zero-padded: zero rows and columns stay zero through the iteration, so the result is unchanged.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "numerics/philox.h"
+#include "numerics/quant_spec.h"
+
+namespace fp4 {
+
+// The quintic's coefficients: X <- a X + b (X X^T) X + c (X X^T)^2 X.
+struct NsCoefficients {
+  float a = 3.4445f;
+  float b = -4.7750f;
+  float c = 2.0315f;
+};
+
+inline constexpr NsCoefficients kMuonNsCoefficients{3.4445f, -4.7750f, 2.0315f};
+inline constexpr int kNsDefaultSteps = 5;
+
+// The ROOT table, keyed by the unordered shape {min(rows, cols), max(rows, cols)} because NS of X^T is
+// NS(X)^T: (2048,2048), (2048,3072), (2048,8192); every other shape gets Muon's coefficients.
+NsCoefficients ns_coefficients_for_shape(int64_t rows, int64_t cols);
+
+enum class NsPrecision : uint8_t { kFp32, kNvfp4 };
+
+struct NsOptions {
+  NsCoefficients coef = kMuonNsCoefficients;
+  int steps = kNsDefaultSteps;
+  NsPrecision precision = NsPrecision::kFp32;
+  Rounding rounding = Rounding::kRtn;  // kNvfp4 only; kSr draws from `sr` (one sub-stream per operand)
+  RngStream sr{};
+  float norm_eps = 1e-7f;  // X = B / (||B||_F + norm_eps): a zero B gives a zero X
+};
+
+// out[rows x cols] = NS(b) (row-major; out may equal b). Throws fp4::Error on empty shapes, steps outside
+// [0, 16] or non-finite input.
+void newton_schulz(const float* b, int64_t rows, int64_t cols, const NsOptions& opt, float* out);
+std::vector<float> newton_schulz(const std::vector<float>& b, int64_t rows, int64_t cols, const NsOptions& opt);
+
+}  // namespace fp4

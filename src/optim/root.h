@@ -1,0 +1,82 @@
+// ROOT (arXiv 2511.20626) for one weight matrix, and its NVFP4 variant Q-Root (RECIPES.md section 8.3):
+//   M <- mu M + G;  U = G + mu M (Nesterov) or M;  eps = q-quantile of |U|;  B = clamp(U, -eps, eps);
+//   X = NS(B) (5 Newton-Schulz steps, coefficients per shape);  W <- W - lr (0.2 sqrt(max(r, c)) X + wd W).
+// The state is M in FP32. Only 2-D hidden matrices are ROOT's: embeddings, the LM head and every 1-D
+// parameter (norm gains) are routed to AdamW by the engine (root_eligible says which). A fused matrix
+// such as wqkv may be stepped as one matrix or as row slices (contiguous), at the engine's choice.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/engine.h"
+#include "optim/newton_schulz.h"
+
+namespace fp4 {
+
+struct RootOptions {
+  float momentum = 0.95f;
+  bool nesterov = true;
+  // eps = this quantile of |U| (linear interpolation between order statistics, as torch.quantile);
+  // 1 keeps every value (eps = max |U|). ROOT's code uses 0.90; our default follows the p99 of the spec.
+  double clip_quantile = 0.99;
+  float update_scale = 0.2f;  // times sqrt(max(rows, cols)): matches AdamW's update RMS
+  int ns_steps = kNsDefaultSteps;
+  NsPrecision precision = NsPrecision::kFp32;  // kNvfp4: Q-Root
+  Rounding rounding = Rounding::kRtn;          // of Q-Root's NS operands
+  std::optional<NsCoefficients> coefficients;  // unset: ns_coefficients_for_shape
+};
+
+// Throws fp4::Error naming `what` unless momentum in [0, 1), clip_quantile in (0, 1], update_scale
+// finite > 0 and ns_steps in [1, 16].
+void check_root_options(const RootOptions& opt, const std::string& what);
+
+// The q-quantile of |x[0..n)| with linear interpolation: position q (n - 1) of the sorted magnitudes.
+float abs_quantile(std::span<const float> x, double q);
+
+// Clamps x to [-eps, eps] with eps = abs_quantile(x, q); returns eps.
+float clip_to_abs_quantile(std::span<float> x, double q);
+
+// Whether ROOT updates this parameter: 2-D, and neither the embedding ("embed") nor the head ("lm_head").
+bool root_eligible(const ParameterInfo& info);
+
+struct RootStepInfo {
+  float clip_eps = 0;     // the clipping threshold used
+  int64_t clipped = 0;    // elements of U with |U| > eps
+};
+
+// One ROOT step of the momentum matrix `m` and weight `w` ([rows x cols], row-major) with gradient `g`.
+// `sr` seeds Q-Root's stochastic rounding (unused otherwise). Throws fp4::Error naming `name` on
+// non-finite gradients or bad hyper-parameters.
+RootStepInfo root_step(std::span<float> w, std::span<const float> g, std::span<float> m, int64_t rows,
+                       int64_t cols, float lr, float weight_decay, const RootOptions& opt,
+                       const std::string& name, RngStream sr = {});
+
+// The state of one matrix: its momentum and step count (the Q-Root SR stream is (seed, id, step)).
+class RootMatrix {
+ public:
+  RootMatrix(std::string name, int64_t rows, int64_t cols, uint32_t id = 0, uint64_t seed = 0);
+  RootStepInfo step(std::span<float> w, std::span<const float> g, float lr, float weight_decay,
+                    const RootOptions& opt);
+
+  const std::string& name() const { return name_; }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  int64_t step_count() const { return step_; }
+  void set_step_count(int64_t step);
+  std::span<float> momentum() { return m_; }
+  std::span<const float> momentum() const { return m_; }
+
+ private:
+  std::string name_;
+  int64_t rows_, cols_;
+  uint32_t id_;
+  uint64_t seed_;
+  int64_t step_ = 0;
+  std::vector<float> m_;
+};
+
+}  // namespace fp4
