@@ -61,8 +61,40 @@ OsciReset::OsciReset(const OsciResetConfig& cfg, int64_t total_steps, std::vecto
             " (need 1 <= window <= period and threshold > 0)");
 }
 
+void OsciReset::set_fp4_columns(const std::string& name, std::vector<int32_t> columns) {
+  for (OsciTarget& t : targets_)
+    if (t.name == name) {
+      for (int32_t c : columns)
+        FP4_CHECK(c >= 0 && c < t.cols, "osci_reset: FP4 column ", c, " outside weight ", name);
+      t.fp4_columns = std::move(columns);
+      return;
+    }
+  FP4_THROW("osci_reset: no tracked weight ", name);
+}
+
 std::vector<float> OsciReset::quantized(const OsciTarget& t, std::span<const float> w,
                                         std::vector<float>* edge_score) const {
+  if (!t.fp4_columns.empty()) {
+    // OutControl: Q over the FP4 columns as the split layer's forward sees them (gathered, zero-padded to
+    // whole 128-blocks); other elements keep their value and an edge score of -1 (never tracked).
+    const auto k = static_cast<int64_t>(t.fp4_columns.size()), padded = (k + 127) / 128 * 128;
+    OsciTarget g{t.name, t.rows, padded, t.q2, {}};
+    std::vector<float> gw(static_cast<size_t>(t.rows * padded), 0.0f), gscore;
+    for (int64_t r = 0; r < t.rows; ++r)
+      for (int64_t j = 0; j < k; ++j)
+        gw[static_cast<size_t>(r * padded + j)] = w[static_cast<size_t>(r * t.cols + t.fp4_columns[j])];
+    const std::vector<float> gq = quantized(g, gw, edge_score ? &gscore : nullptr);
+    std::vector<float> out(w.begin(), w.end());
+    if (edge_score) edge_score->assign(w.size(), -1.0f);
+    for (int64_t r = 0; r < t.rows; ++r)
+      for (int64_t j = 0; j < k; ++j) {
+        const auto e = static_cast<size_t>(r * t.cols + t.fp4_columns[j]);
+        const auto ge = static_cast<size_t>(r * padded + j);
+        out[e] = gq[ge];
+        if (edge_score) (*edge_score)[e] = gscore[ge];
+      }
+    return out;
+  }
   const Nvfp4Tensor q = quantize_nvfp4(w.data(), t.rows, t.cols, t.q2, QuantRandomness{});
   std::vector<float> out(w.size());
   dequantize(q, out.data());
@@ -107,6 +139,19 @@ std::vector<float> gather(const std::vector<float>& full, const std::vector<int6
   return out;
 }
 
+// OutControl: the elements of `index` (every element when not `fraction`) that lie in FP4 columns.
+std::vector<int64_t> only_fp4_columns(const OsciTarget& t, const std::vector<int64_t>& index, bool fraction) {
+  std::vector<char> fp4(static_cast<size_t>(t.cols), 0);
+  for (int32_t c : t.fp4_columns) fp4[static_cast<size_t>(c)] = 1;
+  std::vector<int64_t> out;
+  const int64_t n = fraction ? static_cast<int64_t>(index.size()) : t.rows * t.cols;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t e = fraction ? index[static_cast<size_t>(j)] : j;
+    if (fp4[static_cast<size_t>(e % t.cols)]) out.push_back(e);
+  }
+  return out;
+}
+
 }  // namespace
 
 void OsciReset::snapshot(int64_t step, WeightAccess& weights) {
@@ -119,6 +164,7 @@ void OsciReset::snapshot(int64_t step, WeightAccess& weights) {
     weights.read(t.name, w);
     const std::vector<float> q = quantized(t, w, fraction ? &score : nullptr);
     k.index = fraction ? closest_to_edges(score) : std::vector<int64_t>{};
+    if (!t.fp4_columns.empty()) k.index = only_fp4_columns(t, k.index, fraction);
     k.prev_w = gather(w, k.index);
     k.prev_q = gather(q, k.index);
     k.dist_m.assign(k.prev_w.size(), 0.0f);
@@ -236,7 +282,8 @@ void OsciReset::load_state(const std::vector<StateTensor>& state) {
     auto n = t.rows * t.cols;
     const std::string prefix = std::string(kStatePrefix) + t.name + ".";
     if (const StateTensor* idx = find(prefix + "index")) {
-      FP4_CHECK(fraction, "osci_reset state: ", prefix, "index is present but track_fraction is 1");
+      FP4_CHECK(fraction || !t.fp4_columns.empty(), "osci_reset state: ", prefix,
+                "index is present but track_fraction is 1");
       FP4_CHECK(idx->dtype == "I64" && idx->bytes.size() % sizeof(int64_t) == 0, "osci_reset state: ", prefix,
                 "index should be I64");
       k.index.resize(idx->bytes.size() / sizeof(int64_t));

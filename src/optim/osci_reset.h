@@ -38,6 +38,9 @@ struct OsciTarget {
   std::string name;
   int64_t rows = 0, cols = 0;
   QuantSpec q2;
+  // OutControl: once its channels freeze, the weight's NVFP4 input channels (C4, ascending); only they
+  // are quantized, tracked and reset. Empty: every column.
+  std::vector<int32_t> fp4_columns;
 };
 
 // What the end of one window did, per weight: elements tracked and reset, mean risk R.
@@ -71,6 +74,8 @@ class OsciReset {
   int64_t start_step() const { return start_; }
   bool tracking() const { return active_; }
   const std::vector<OsciTarget>& targets() const { return targets_; }
+  // OutControl's hook: restricts weight `name` to its FP4 columns from the next snapshot on.
+  void set_fp4_columns(const std::string& name, std::vector<int32_t> columns);
 
   // Checkpoint state: "osci_reset.window" (I64: step of the window's snapshot, -1 when not tracking) and
   // per weight "osci_reset.<name>.{prev_w,prev_q,dist_m,dist_q}" (F32) while tracking, plus

@@ -9,6 +9,7 @@
 #include "dist/make_communicator.h"
 #include "dist/shard_plan.h"
 #include "model/cuda/cuda_engine.h"
+#include "nn/out_control.h"
 #include "train/checkpoint.h"
 #include "train/data_setup.h"
 #include "train/engine_factory.h"
@@ -16,6 +17,37 @@
 #include "train/stop_signal.h"
 
 namespace fp4 {
+
+namespace {
+
+// OutControl's frozen FP4 columns (if the engine runs OutControl) become OsciReset's tracked columns.
+void apply_fp4_columns(TrainingEngine& engine, OsciReset& osci) {
+  auto* source = dynamic_cast<OutControlSource*>(&engine);
+  OutControl* oc = source ? source->out_control() : nullptr;
+  if (!oc) return;
+  for (auto& [name, columns] : oc->fp4_columns()) osci.set_fp4_columns(name, columns);
+}
+
+// After a step: the metrics line of an OutControl freeze (per layer |C8| and its share of ||X||^2).
+void report_out_control(TrainingEngine& engine, OsciReset* osci, MetricsFile* metrics, Progress& progress) {
+  auto* source = dynamic_cast<OutControlSource*>(&engine);
+  OutControl* oc = source ? source->out_control() : nullptr;
+  if (!oc) return;
+  const std::optional<OutControlReport> report = oc->take_report();
+  if (!report) return;
+  if (osci) apply_fp4_columns(engine, *osci);
+  nlohmann::json layers = nlohmann::json::array();
+  int64_t channels = 0;
+  for (const OutControlLayerReport& l : report->layers) {
+    channels += l.channels;
+    layers.push_back({{"name", l.name}, {"channels", l.channels}, {"in_features", l.in_features}, {"share", l.share}});
+  }
+  if (metrics) metrics->write({{"type", "out_control"}, {"step", report->step}, {"channels", channels}, {"layers", layers}});
+  progress.message("out_control at step " + std::to_string(report->step) + ": " + std::to_string(channels) +
+                   " input channels over " + std::to_string(report->layers.size()) + " linears kept in MXFP8");
+}
+
+}  // namespace
 namespace fs = std::filesystem;
 
 Recipe load_run_recipe(const RecipeConfig& cfg) {
@@ -163,6 +195,7 @@ void Trainer::set_up() {
     Checkpoint engine_part = *ckpt;
     std::erase_if(engine_part.state, [](const StateTensor& t) { return t.name.rfind(OsciReset::kStatePrefix, 0) == 0; });
     restore_engine(*engine_, engine_part);
+    if (osci_) apply_fp4_columns(*engine_, *osci_);
     if (osci_) osci_->load_state(ckpt->state);
     const fs::path trainer_file = ckpt->dir / "trainer.json";
     try {
@@ -332,6 +365,7 @@ TrainResult Trainer::run() {
     if (!std::isfinite(s.loss)) fail(step_ + 1, "the loss is " + std::to_string(s.loss));
     ++step_;
     tokens_ += cfg_.tokens_per_step();
+    report_out_control(*engine_, osci_.get(), metrics_.get(), progress);
     if (osci_) run_osci_reset(progress);
     interval_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     interval_tokens += cfg_.tokens_per_step();
