@@ -21,7 +21,7 @@ namespace fp4 {
 // Channels kept in MXFP8 for a layer of `in_features` inputs: ceil(ratio * I) rounded up to a multiple of
 // round_to, capped at the largest multiple of round_to below I. Throws fp4::Error naming `layer` when no
 // such count exists (I <= round_to).
-int outlier_channel_count(int in_features, double ratio, int round_to, const std::string& layer);
+int outlier_channel_count(int in_features, double ratio, int round_to, const std::string& layer = "?");
 
 // The `count` channels of highest score, ties to the lower index, returned in ascending order.
 std::vector<int32_t> select_top_channels(std::span<const double> score, int count);
