@@ -26,6 +26,12 @@ struct NsCoefficients {
 
 inline constexpr NsCoefficients kMuonNsCoefficients{3.4445f, -4.7750f, 2.0315f};
 inline constexpr int kNsDefaultSteps = 5;
+// Q-Root's default [ours]: with NVFP4 operands (~9.5% relative rounding error each) the fast quintics
+// (Muon's, ROOT's table, even coefficients fitted on one shape) push singular values past ~1.5 where the
+// map diverges. The classical quintic (p(1) = 1, p'(1) = p''(1) = 0: the Taylor series of s (s^2)^(-1/2)
+// around 1) converges slower but contracts every perturbation; fit_ns_coefficients improves on it per
+// shape. Measured errors: docs/OPTIMIZERS_ROOT.md.
+inline constexpr NsCoefficients kQRootNsCoefficients{1.875f, -1.25f, 0.375f};
 
 // The ROOT table, keyed by the unordered shape {min(rows, cols), max(rows, cols)} because NS of X^T is
 // NS(X)^T: (2048,2048), (2048,3072), (2048,8192); every other shape gets Muon's coefficients.

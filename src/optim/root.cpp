@@ -60,10 +60,10 @@ RootStepInfo root_step(std::span<float> w, std::span<const float> g, std::span<f
               i % cols, ")");
 
   const float mu = opt.momentum;
-  std::vector<float> u(static_cast<size_t>(n));
+  std::vector<float> m_new(static_cast<size_t>(n)), u(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    m[i] = mu * m[i] + g[i];
-    u[i] = opt.nesterov ? g[i] + mu * m[i] : m[i];
+    m_new[i] = mu * m[i] + g[i];
+    u[i] = opt.nesterov ? g[i] + mu * m_new[i] : m_new[i];
   }
   RootStepInfo info;
   info.clip_eps = abs_quantile(u, opt.clip_quantile);
@@ -73,12 +73,21 @@ RootStepInfo root_step(std::span<float> w, std::span<const float> g, std::span<f
   }
 
   NsOptions ns;
-  ns.coef = opt.coefficients.value_or(ns_coefficients_for_shape(rows, cols));
+  ns.coef = opt.coefficients.value_or(opt.precision == NsPrecision::kNvfp4 ? kQRootNsCoefficients
+                                                                           : ns_coefficients_for_shape(rows, cols));
   ns.steps = opt.ns_steps;
   ns.precision = opt.precision;
   ns.rounding = opt.rounding;
   ns.sr = sr;
   newton_schulz(u.data(), rows, cols, ns, u.data());
+  // A converged NS output has singular values near 1, so |X|_F^2 near min(rows, cols); far above it the
+  // quintic has diverged (e.g. Muon's coefficients with NVFP4 operands).
+  double fro2 = 0.0;
+  for (int64_t i = 0; i < n; ++i) fro2 += static_cast<double>(u[i]) * u[i];
+  FP4_CHECK(fro2 <= 4.0 * static_cast<double>(std::min(rows, cols)), name,
+            ": ROOT's Newton-Schulz diverged (|X|_F^2 = ", fro2, " for a [", rows, " x ", cols,
+            "] matrix, expected about ", std::min(rows, cols), "); use coefficients stable at this precision");
+  std::copy(m_new.begin(), m_new.end(), m.begin());
 
   const float scale = opt.update_scale * std::sqrt(static_cast<float>(std::max(rows, cols)));
   for (int64_t i = 0; i < n; ++i) w[i] -= lr * (scale * u[i] + weight_decay * w[i]);

@@ -27,7 +27,8 @@ struct RootOptions {
   int ns_steps = kNsDefaultSteps;
   NsPrecision precision = NsPrecision::kFp32;  // kNvfp4: Q-Root
   Rounding rounding = Rounding::kRtn;          // of Q-Root's NS operands
-  std::optional<NsCoefficients> coefficients;  // unset: ns_coefficients_for_shape
+  // Unset: ns_coefficients_for_shape in FP32, kQRootNsCoefficients in NVFP4 (the table diverges there).
+  std::optional<NsCoefficients> coefficients;
 };
 
 // Throws fp4::Error naming `what` unless momentum in [0, 1), clip_quantile in (0, 1], update_scale
@@ -50,7 +51,8 @@ struct RootStepInfo {
 
 // One ROOT step of the momentum matrix `m` and weight `w` ([rows x cols], row-major) with gradient `g`.
 // `sr` seeds Q-Root's stochastic rounding (unused otherwise). Throws fp4::Error naming `name` on
-// non-finite gradients or bad hyper-parameters.
+// non-finite gradients, a diverged (non-finite) orthogonalization or bad hyper-parameters; w and m are
+// unchanged when it throws.
 RootStepInfo root_step(std::span<float> w, std::span<const float> g, std::span<float> m, int64_t rows,
                        int64_t cols, float lr, float weight_decay, const RootOptions& opt,
                        const std::string& name, RngStream sr = {});
