@@ -256,7 +256,8 @@ NsFitResult fit_ns_coefficients(int64_t rows, int64_t cols, int samples, uint64_
     return std::isfinite(e) ? e : std::numeric_limits<double>::max();
   };
   // Nelder-Mead (reflection 1, expansion 2, contraction 1/2, shrink 1/2).
-  const Point start{settings.start.a, settings.start.b, settings.start.c};
+  const NsCoefficients s0 = settings.start.value_or(quantized ? kQRootNsCoefficients : kMuonNsCoefficients);
+  const Point start{s0.a, s0.b, s0.c};
   std::array<Point, 4> x{start, start, start, start};
   for (int k = 0; k < 3; ++k) x[k + 1][k] *= 1.0 + settings.initial_step;
   std::array<double, 4> f{};

@@ -296,7 +296,8 @@ TEST(NsFit, Nvfp4NeedsStableCoefficients) {
 // Coefficients fitted for NVFP4 NS on one set of samples reduce the error on fresh samples of the shape.
 TEST(NsFit, FittedCoefficientsReduceNvfp4ErrorOnHeldOutSamples) {
   const uint64_t seed = fresh_seed();
-  const int64_t r = 64, c = 128;
+  // Square: the classical quintic lifts small singular values slowly there, so a fit has room to help.
+  const int64_t r = 64, c = 64;
   NsFitSettings fs;
   fs.max_evals = 60;
   const NsFitResult fit = fit_ns_coefficients(r, c, 2, seed, true, fs);
@@ -305,11 +306,12 @@ TEST(NsFit, FittedCoefficientsReduceNvfp4ErrorOnHeldOutSamples) {
   const NsSampleSet held = make_ns_samples(r, c, 3, seed + 1);
   const double muon = ns_polar_error(held, nvfp4_with(kMuonNsCoefficients));
   const double fitted = ns_polar_error(held, nvfp4_with(fit.coef));
-  std::printf("  fit %ldx%ld nvfp4: (%.4f, %.4f, %.4f) in %d evals; held-out error muon %.4f, fitted %.4f\n",
+  const double qroot = ns_polar_error(held, nvfp4_with(kQRootNsCoefficients));
+  std::printf("  fit %ldx%ld nvfp4: (%.4f, %.4f, %.4f) in %d evals; held-out error muon %.4g, q-root default %.4f, fitted %.4f\n",
               static_cast<long>(r), static_cast<long>(c), fit.coef.a, fit.coef.b, fit.coef.c, fit.evals, muon,
-              fitted);
+              qroot, fitted);
   EXPECT_LT(fitted, 0.8 * muon);
-  EXPECT_LT(fitted, 0.5);
+  EXPECT_LT(fitted, 0.97 * qroot);
 }
 
 }  // namespace
