@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "model/olmo2.h"
 #include "ops/ops.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "optim/grad_buckets.h"
 #include "tensor/tensor.h"
 
@@ -24,7 +24,10 @@ namespace {
 class CpuEngine final : public TrainingEngine {
  public:
   CpuEngine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed)
-      : model_(cfg, checked(recipe)), adam_(model_.params()) {
+      : model_(cfg, checked(recipe)),
+        optimizer_name_(recipe.optimizer),
+        seed_(seed),
+        opt_(make_optimizer(optimizer_name_, model_.params(), OptimizerPlacement{}, seed)) {
     model_.init_parameters(seed);
     model_.quant_context().seed = seed;
     static const bool advised = [] {  // once per process
@@ -39,7 +42,7 @@ class CpuEngine final : public TrainingEngine {
   std::string device_name() const override { return "cpu (" + cpu::blas_description() + ")"; }
 
   StepStats train_step(std::span<const Batch> micro_batches, const StepHyper& hyper) override {
-    const int64_t step = adam_.step_count() + 1;
+    const int64_t step = opt_->step_count() + 1;
     const std::string where = "train step " + std::to_string(step);
     FP4_CHECK(!micro_batches.empty(), where, ": no micro-batches");
     int64_t total = 0;
@@ -84,7 +87,7 @@ class CpuEngine final : public TrainingEngine {
     stats.ce_loss = agreed[1] / static_cast<double>(total);
     stats.tokens = total;
     if (comm_) reduce_gradients();
-    const IndexRange shard = adam_.shard();
+    const IndexRange shard = opt_->shard();
     auto grads = params.grads().subspan(static_cast<size_t>(shard.begin), static_cast<size_t>(shard.size()));
     double sumsq = shard_sum_squares();
     if (comm_) comm_->all_reduce_sum(&sumsq, 1, CommType::kF64);
@@ -93,7 +96,7 @@ class CpuEngine final : public TrainingEngine {
       const double coef = hyper.grad_clip / (stats.grad_norm + 1e-6);
       if (coef < 1.0) cpu::scale(grads.data(), static_cast<int64_t>(grads.size()), static_cast<float>(coef));
     }
-    adam_.step(params, hyper);
+    opt_->step(params, hyper);
     if (comm_) comm_->all_gather(params.values().data(), shards_);
     return stats;
   }
@@ -108,11 +111,11 @@ class CpuEngine final : public TrainingEngine {
     for (const auto& r : dp.shards) covered += r.size();
     FP4_CHECK(covered == model_.params().numel(), "CPU engine: the shards cover ", covered, " of ",
               model_.params().numel(), " parameters");
-    FP4_CHECK(adam_.step_count() == 0, "CPU engine: data parallelism must be set before the first step");
+    FP4_CHECK(opt_->step_count() == 0, "CPU engine: data parallelism must be set before the first step");
     comm_ = dp.comm;
     shards_ = dp.shards;
     buckets_ = gradient_buckets(parameters());
-    adam_ = AdamW(model_.params(), shards_[static_cast<size_t>(comm_->rank())]);
+    opt_ = make_optimizer(optimizer_name_, model_.params(), OptimizerPlacement{comm_, shards_}, seed_);
   }
 
   StepStats evaluate(const Batch& batch) override {
@@ -158,56 +161,34 @@ class CpuEngine final : public TrainingEngine {
     std::copy(in.begin(), in.end(), v.begin());
   }
 
-  // Full tensors whatever the world size; with data parallelism the moments are gathered (collective).
+  // Full tensors whatever the world size; with data parallelism the optimizer state is gathered (collective).
   std::vector<StateTensor> save_state() const override {
     std::vector<StateTensor> out;
     const auto& ps = model_.params();
     for (int i = 0; i < ps.size(); ++i)
       out.push_back(f32_state_tensor(ps.at(i).info.name, ps.at(i).info.shape, ps.value(i)));
-    const std::vector<float> m = full_moment(adam_.first_moment());
-    const std::vector<float> v = full_moment(adam_.second_moment());
-    for (int i = 0; i < ps.size(); ++i) {
-      const auto& p = ps.at(i);
-      const auto off = static_cast<size_t>(p.offset), n = static_cast<size_t>(p.info.numel());
-      out.push_back(f32_state_tensor(kAdamMomentPrefix[0] + p.info.name, p.info.shape, std::span(m).subspan(off, n)));
-      out.push_back(f32_state_tensor(kAdamMomentPrefix[1] + p.info.name, p.info.shape, std::span(v).subspan(off, n)));
-    }
-    out.push_back(adam_step_tensor(adam_.step_count()));
+    for (auto& t : opt_->save_state(ps)) out.push_back(std::move(t));
     return out;
   }
 
   // Tensors this engine does not know (a trainer's own entries) are left alone. A data-parallel rank
-  // keeps the moments of its shard only, whatever world size wrote the state.
+  // keeps the optimizer state of its shard only, whatever world size wrote the state.
   void load_state(const std::vector<StateTensor>& state) override {
     const StateIndex index(state);
     auto& ps = model_.params();
     // Check everything before changing anything, so a bad state leaves the engine as it was.
-    const AdamState st = find_adam_state(index, parameters());
-    const auto& values = st.values;
-    const auto& m = st.m;
-    const auto& v = st.v;
-    const int64_t s = st.step;
-    const IndexRange shard = adam_.shard();
-    for (int i = 0; i < ps.size(); ++i) {
-      const auto& p = ps.at(i);
-      const auto k = static_cast<size_t>(i);
-      std::memcpy(ps.value(i).data(), values[k]->bytes.data(), static_cast<size_t>(p.info.numel()) * 4);
-      // The part of parameter i inside this rank's shard.
-      const int64_t lo = std::max(p.offset, shard.begin);
-      const int64_t hi = std::min(p.offset + p.info.numel(), shard.end);
-      if (lo >= hi) continue;
-      const size_t from = static_cast<size_t>(lo - p.offset) * 4, to = static_cast<size_t>(lo - shard.begin);
-      const size_t bytes = static_cast<size_t>(hi - lo) * 4;
-      std::memcpy(adam_.first_moment().data() + to, m[k]->bytes.data() + from, bytes);
-      std::memcpy(adam_.second_moment().data() + to, v[k]->bytes.data() + from, bytes);
-    }
-    adam_.set_step_count(s);
+    std::vector<const StateTensor*> values;
+    for (int i = 0; i < ps.size(); ++i) values.push_back(&index.require(ps.at(i).info.name, "F32", ps.at(i).info.shape));
+    opt_->load_state(index, ps);  // checks all of its tensors before keeping any
+    for (int i = 0; i < ps.size(); ++i)
+      std::memcpy(ps.value(i).data(), values[static_cast<size_t>(i)]->bytes.data(),
+                  static_cast<size_t>(ps.at(i).info.numel()) * 4);
   }
 
  private:
   static const Recipe& checked(const Recipe& recipe) {
-    FP4_CHECK(recipe.optimizer == "adamw", "recipe ", recipe.name, ": optimizer '", recipe.optimizer,
-              "' is not available in the CPU engine (adamw only)");
+    FP4_CHECK(is_known_optimizer(recipe.optimizer), "recipe ", recipe.name, ": optimizer '", recipe.optimizer,
+              "' is not available in the CPU engine (known: ", known_optimizers(), ")");
     return recipe;
   }
 
@@ -251,7 +232,7 @@ class CpuEngine final : public TrainingEngine {
   // when the shard is everything).
   double shard_sum_squares() const {
     const auto& ps = model_.params();
-    const IndexRange shard = adam_.shard();
+    const IndexRange shard = opt_->shard();
     double ss = 0;
     for (int i = 0; i < ps.size(); ++i) {
       const int64_t off = ps.at(i).offset;
@@ -261,17 +242,10 @@ class CpuEngine final : public TrainingEngine {
     return ss;
   }
 
-  // A moment of every element: this rank's shard, and with data parallelism the others' gathered.
-  std::vector<float> full_moment(std::span<const float> shard_state) const {
-    const IndexRange shard = adam_.shard();
-    std::vector<float> full(static_cast<size_t>(model_.params().numel()), 0.0f);
-    std::copy(shard_state.begin(), shard_state.end(), full.begin() + shard.begin);
-    if (comm_) comm_->all_gather(full.data(), shards_);
-    return full;
-  }
-
   Olmo2Model model_;
-  AdamW adam_;
+  std::string optimizer_name_;
+  uint64_t seed_ = 0;
+  std::unique_ptr<Optimizer> opt_;
   Communicator* comm_ = nullptr;  // data parallelism, when set
   std::vector<IndexRange> shards_;
   std::vector<GradBucket> buckets_;

@@ -21,7 +21,10 @@ const StateTensor& StateIndex::require(const std::string& name, const char* dtyp
             shape_string(shape));
   int64_t n = 1;
   for (auto d : shape) n *= d;
-  const size_t elem = std::string(dtype) == "I64" ? 8 : 4;
+  const std::string d = dtype;
+  FP4_CHECK(d == "U8" || d == "BF16" || d == "F32" || d == "I64", "load_state: tensor '", name,
+            "' is requested as ", d, ", which StateIndex cannot size");
+  const size_t elem = d == "I64" ? 8 : d == "F32" ? 4 : d == "BF16" ? 2 : 1;
   FP4_CHECK(t.bytes.size() == static_cast<size_t>(n) * elem, "load_state: tensor '", name, "' holds ",
             t.bytes.size(), " bytes, expected ", static_cast<size_t>(n) * elem);
   return t;

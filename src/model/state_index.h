@@ -14,8 +14,9 @@ class StateIndex {
  public:
   explicit StateIndex(const std::vector<StateTensor>& state);
   // The tensor `name`; throws fp4::Error naming it when it is missing or its dtype, shape or byte size
-  // disagree ("F32" and "I64" element sizes are known).
+  // disagree (element sizes of "U8", "BF16", "F32" and "I64" are known; another dtype is an error).
   const StateTensor& require(const std::string& name, const char* dtype, const std::vector<int64_t>& shape) const;
+  bool has(const std::string& name) const { return by_name_.count(name) != 0; }
 
  private:
   std::map<std::string, const StateTensor*> by_name_;

@@ -1,5 +1,6 @@
 #include "optim/quantized_moments.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -29,8 +30,8 @@ void mix(std::vector<float>& x) {
   for (size_t g = 0; g < x.size(); g += 16) rht_segment<16>(x.data() + g, plus);
 }
 
-QuantizedMoment quantize_mixed(std::vector<float>& x, int64_t size, RngStream sr, const char* what) {
-  mix(x);
+QuantizedMoment quantize_already_mixed(const std::vector<float>& x, int64_t size, RngStream sr,
+                                       const char* what) {
   QuantRandomness rnd;
   rnd.sr = sr;
   QuantizedMoment out;
@@ -59,14 +60,22 @@ int64_t QuantizedMoment::packed_bytes() const {
   return q.packed_bytes() + static_cast<int64_t>(mean.size() * sizeof(uint16_t));
 }
 
-QuantizedMoment encode_first_moment(std::span<const float> m, RngStream sr, const char* what) {
+MixedMoment mix_first_moment(std::span<const float> m, const char* what) {
   const auto n = static_cast<int64_t>(m.size());
   for (int64_t i = 0; i < n; ++i)  // before the mixing, which would spread it over its group
     FP4_CHECK(std::isfinite(m[static_cast<size_t>(i)]), "quantized AdamW: the ", what, " holds ",
               m[static_cast<size_t>(i)], " at element ", i);
-  std::vector<float> x(static_cast<size_t>(padded(n)), 0.0f);
-  std::copy(m.begin(), m.end(), x.begin());
-  return quantize_mixed(x, n, sr, what);
+  MixedMoment out;
+  out.size = n;
+  out.x.assign(static_cast<size_t>(padded(n)), 0.0f);
+  std::copy(m.begin(), m.end(), out.x.begin());
+  mix(out.x);
+  return out;
+}
+
+QuantizedMoment encode_first_moment(std::span<const float> m, RngStream sr, const char* what) {
+  MixedMoment x = mix_first_moment(m, what);
+  return quantize_already_mixed(x.x, x.size, sr, what);
 }
 
 void decode_first_moment(const QuantizedMoment& q, std::span<float> out) {
@@ -75,7 +84,7 @@ void decode_first_moment(const QuantizedMoment& q, std::span<float> out) {
   std::copy(x.begin(), x.begin() + q.size, out.begin());
 }
 
-QuantizedMoment encode_second_moment(std::span<const float> v, RngStream sr, const char* what) {
+MixedMoment mix_second_moment(std::span<const float> v, const char* what) {
   const auto n = static_cast<int64_t>(v.size());
   const int64_t np = padded(n);
   std::vector<float> u(static_cast<size_t>(np), 0.0f);
@@ -95,8 +104,51 @@ QuantizedMoment encode_second_moment(std::span<const float> v, RngStream sr, con
     const float mu_stored = bf16_bits_to_float(mean[static_cast<size_t>(t)]);
     for (int64_t i = lo; i < hi; ++i) u[static_cast<size_t>(i)] -= mu_stored;  // the residual r
   }
-  QuantizedMoment out = quantize_mixed(u, n, sr, what);
-  out.mean = std::move(mean);
+  mix(u);
+  return MixedMoment{n, std::move(u), std::move(mean)};
+}
+
+QuantizedMoment encode_second_moment(std::span<const float> v, RngStream sr, const char* what) {
+  MixedMoment x = mix_second_moment(v, what);
+  QuantizedMoment out = quantize_already_mixed(x.x, x.size, sr, what);
+  out.mean = std::move(x.mean);
+  return out;
+}
+
+float MixedMoment::amax() const {
+  float a = 0.0f;
+  for (const float e : x) a = std::max(a, std::fabs(e));
+  return a;
+}
+
+QuantizedMoment quantize_tiles(MixedMoment mixed, float amax, uint64_t key, int64_t first_tile,
+                               const char* what) {
+  FP4_CHECK(std::isfinite(amax) && amax >= mixed.amax(), "quantized AdamW: the ", what, " is quantized with amax ",
+            amax, " below its own ", mixed.amax());
+  const int64_t tiles = static_cast<int64_t>(mixed.x.size()) / kTile;
+  QuantizedMoment out;
+  out.size = mixed.size;
+  out.mean = std::move(mixed.mean);
+  Nvfp4Tensor& q = out.q;
+  q.rows = tiles;
+  q.cols = kTile;
+  q.amax = amax;
+  q.codes.reserve(static_cast<size_t>(tiles * kTile / 2));
+  q.scales.reserve(static_cast<size_t>(tiles * kTile / 16));
+  for (int64_t t = 0; t < tiles; ++t) {
+    QuantRandomness rnd;
+    rnd.sr = RngStream{key, static_cast<uint64_t>(first_tile + t)};
+    const Nvfp4Tensor one = quantize_nvfp4(mixed.x.data() + t * kTile, 1, kTile, moment_spec(), rnd, amax);
+    FP4_CHECK(one.nonfinite == 0, "quantized AdamW: the ", what, " holds non-finite values in tile ", t);
+    if (t == 0) {
+      q.block = one.block;
+      q.outer = one.outer;
+      q.outer_scales = one.outer_scales;  // a function of amax alone: the same for every tile
+    }
+    q.codes.insert(q.codes.end(), one.codes.begin(), one.codes.end());
+    q.scales.insert(q.scales.end(), one.scales.begin(), one.scales.end());
+  }
+  if (tiles == 0) q.outer_scales = {0.0f};
   return out;
 }
 

@@ -38,4 +38,20 @@ void decode_first_moment(const QuantizedMoment& q, std::span<float> out);
 QuantizedMoment encode_second_moment(std::span<const float> v, RngStream sr, const char* what = "second moment");
 void decode_second_moment(const QuantizedMoment& q, std::span<float> out);
 
+// The codec in two phases, for a moment split over ranks (optim/q_adamw.h): a piece holds whole 128-element
+// tiles of its tensor (the last tile may be partial), every piece of a tensor is quantized with the tensor's
+// amax (all-reduced), and tile t draws SR words 0..127 of the stream {key, t}. The packed result of a piece
+// is then the same bytes whichever ranks hold which tiles.
+struct MixedMoment {
+  int64_t size = 0;            // logical elements
+  std::vector<float> x;        // padded to 128: H16-mixed m, or the H16-mixed residual of sqrt(v)
+  std::vector<uint16_t> mean;  // second moment only: BF16 mean of sqrt(v) per tile
+  float amax() const;          // max |x|, the piece's share of the tensor amax
+};
+MixedMoment mix_first_moment(std::span<const float> m, const char* what = "first moment");
+MixedMoment mix_second_moment(std::span<const float> v, const char* what = "second moment");
+// Quantizes tile by tile with the given amax (>= every piece's amax()); decode_* read the result.
+QuantizedMoment quantize_tiles(MixedMoment mixed, float amax, uint64_t key, int64_t first_tile,
+                               const char* what);
+
 }  // namespace fp4

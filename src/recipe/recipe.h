@@ -57,7 +57,7 @@ struct Recipe {
   std::string description;
   LinearPolicy linear;              // applied to every quantized linear
   std::vector<int> bf16_layers;     // block indices kept in BF16; negative counts from the end
-  std::string optimizer = "adamw";  // adamw (q-adamw, root, q-root later)
+  std::string optimizer = "adamw";  // adamw or q-adamw (optim/optimizer.h; root, q-root later)
   OsciResetConfig osci_reset;
   OutControlConfig out_control;
 

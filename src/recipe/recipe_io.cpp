@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "core/error.h"
+#include "optim/optimizer.h"
 
 namespace fp4 {
 namespace {
@@ -296,7 +297,8 @@ void validate(const Recipe& r) {
   };
   check_reuse(q4, q2, "Q4", "Q2");
   check_reuse(q6, q1, "Q6", "Q1");
-  FP4_CHECK(r.optimizer == "adamw", name, ": optimizer '", r.optimizer, "' is not available (available: adamw)");
+  FP4_CHECK(is_known_optimizer(r.optimizer), name, ": optimizer '", r.optimizer, "' is not available (available: ",
+            known_optimizers(), ")");
   const OsciResetConfig& o = r.osci_reset;
   if (o.enabled) {
     FP4_CHECK(o.period >= o.window, name, ": osci_reset.period (", o.period, ") must be at least its window (",

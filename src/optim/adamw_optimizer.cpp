@@ -1,0 +1,63 @@
+#include "optim/adamw_optimizer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "model/engine_common.h"
+
+namespace fp4 {
+
+AdamWOptimizer::AdamWOptimizer(const ParameterSet& params, const OptimizerPlacement& place)
+    : place_(place), adam_(params, place.shard(params.numel())) {}
+
+int64_t AdamWOptimizer::state_bytes() const {
+  return static_cast<int64_t>((adam_.first_moment().size() + adam_.second_moment().size()) * sizeof(float));
+}
+
+// A moment of every element: this rank's shard, and with data parallelism the others' gathered.
+std::vector<float> AdamWOptimizer::full_moment(std::span<const float> shard_state, int64_t numel) const {
+  std::vector<float> full(static_cast<size_t>(numel), 0.0f);
+  std::copy(shard_state.begin(), shard_state.end(), full.begin() + adam_.shard().begin);
+  if (place_.comm) place_.comm->all_gather(full.data(), place_.shards);
+  return full;
+}
+
+std::vector<StateTensor> AdamWOptimizer::save_state(const ParameterSet& ps) const {
+  std::vector<StateTensor> out;
+  const std::vector<float> m = full_moment(adam_.first_moment(), ps.numel());
+  const std::vector<float> v = full_moment(adam_.second_moment(), ps.numel());
+  for (int i = 0; i < ps.size(); ++i) {
+    const auto& p = ps.at(i);
+    const auto off = static_cast<size_t>(p.offset), n = static_cast<size_t>(p.info.numel());
+    out.push_back(f32_state_tensor(kAdamMomentPrefix[0] + p.info.name, p.info.shape, std::span(m).subspan(off, n)));
+    out.push_back(f32_state_tensor(kAdamMomentPrefix[1] + p.info.name, p.info.shape, std::span(v).subspan(off, n)));
+  }
+  out.push_back(adam_step_tensor(adam_.step_count()));
+  return out;
+}
+
+// Whatever world size wrote the state, this rank keeps the moments of its shard.
+void AdamWOptimizer::load_state(const StateIndex& index, const ParameterSet& ps) {
+  FP4_CHECK(index.has(kAdamStepName) || !index.has("qadamw.step"), "load_state: the state holds Q-AdamW moments ",
+            "('qadamw.step'), but this run's optimizer is adamw (recipe field 'optimizer'); resume with the ",
+            "optimizer that wrote it");
+  std::vector<ParameterInfo> infos;
+  for (int i = 0; i < ps.size(); ++i) infos.push_back(ps.at(i).info);
+  const AdamState st = find_adam_state(index, infos);  // checks everything first
+  const IndexRange shard = adam_.shard();
+  for (int i = 0; i < ps.size(); ++i) {
+    const auto& p = ps.at(i);
+    const auto k = static_cast<size_t>(i);
+    const int64_t lo = std::max(p.offset, shard.begin);
+    const int64_t hi = std::min(p.offset + p.info.numel(), shard.end);
+    if (lo >= hi) continue;
+    const size_t from = static_cast<size_t>(lo - p.offset) * 4, to = static_cast<size_t>(lo - shard.begin);
+    const size_t bytes = static_cast<size_t>(hi - lo) * 4;
+    std::memcpy(adam_.first_moment().data() + to, st.m[k]->bytes.data() + from, bytes);
+    std::memcpy(adam_.second_moment().data() + to, st.v[k]->bytes.data() + from, bytes);
+  }
+  adam_.set_step_count(st.step);
+}
+
+}  // namespace fp4

@@ -1,0 +1,55 @@
+// Optimizer: the interface the engines step through (AdamW, Q-AdamW; ROOT can implement it too).
+// An optimizer updates the FP32 master parameters of one range of the flat parameter buffer (its ZeRO-1
+// shard: every element when alone) from the gradients in the ParameterSet, keeps its state for that range
+// only, and exports/imports that state as named full tensors for checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "model/engine.h"
+#include "model/state_index.h"
+#include "nn/parameters.h"
+
+namespace fp4 {
+
+// Where an optimizer runs. comm == nullptr: one process, shard = every element. Otherwise shards[q] is
+// rank q's range (comm->rank() picks this one) and state export and some steps are collective.
+struct OptimizerPlacement {
+  Communicator* comm = nullptr;
+  std::vector<IndexRange> shards;
+  IndexRange shard(int64_t numel) const;  // this rank's range
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string name() const = 0;  // the recipe's optimizer value
+  virtual IndexRange shard() const = 0;
+
+  // One update of the shard's elements; increments step_count() first (bias corrections use the
+  // 1-based step). Collective when placed on several ranks.
+  virtual void step(ParameterSet& params, const StepHyper& hyper) = 0;
+  virtual int64_t step_count() const = 0;
+
+  // The state of every element as named tensors (the shards gathered: collective with a communicator).
+  virtual std::vector<StateTensor> save_state(const ParameterSet& params) const = 0;
+  // Checks every tensor this optimizer needs before changing anything, then keeps this rank's shard.
+  virtual void load_state(const StateIndex& index, const ParameterSet& params) = 0;
+
+  virtual int64_t state_bytes() const = 0;  // memory of this rank's state (moments)
+};
+
+// "adamw" or "q-adamw"; throws fp4::Error naming the value and the known ones otherwise. `seed` is the
+// run seed (Q-AdamW's stochastic rounding).
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const ParameterSet& params,
+                                          const OptimizerPlacement& place, uint64_t seed);
+
+// The optimizer names make_optimizer takes, for recipe validation and messages.
+bool is_known_optimizer(const std::string& name);
+std::string known_optimizers();  // "adamw, q-adamw"
+
+}  // namespace fp4
