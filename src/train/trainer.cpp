@@ -87,7 +87,9 @@ void Trainer::set_up_data_parallel(int64_t resume_step) {
   const int world = comm_->world_size();
   FP4_CHECK(cfg_.data.batch >= world, "data.batch = ", cfg_.data.batch, " rows cannot be split over ", world,
             " processes: each rank needs at least one row of every micro-batch");
-  const ShardPlan plan = make_shard_plan(engine_->parameters(), world);
+  // 128-element alignment: a shard boundary then falls on a tile of the quantized optimizer states
+  // (q-adamw's 128-element tiles) as well as on AdamW's elements.
+  const ShardPlan plan = make_shard_plan(engine_->parameters(), world, 128);
   DataParallel dp;
   dp.comm = comm_.get();
   for (const auto& r : plan.ranks) dp.shards.push_back({r.begin, r.end});
