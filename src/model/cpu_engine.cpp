@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "model/olmo2.h"
+#include "nn/out_control.h"
 #include "ops/ops.h"
 #include "optim/optimizer.h"
 #include "optim/grad_buckets.h"
@@ -21,7 +22,7 @@ namespace {
 
 
 
-class CpuEngine final : public TrainingEngine {
+class CpuEngine final : public TrainingEngine, public OutControlSource {
  public:
   CpuEngine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed)
       : model_(cfg, checked(recipe)),
@@ -40,6 +41,7 @@ class CpuEngine final : public TrainingEngine {
 
   const ModelConfig& config() const override { return model_.config(); }
   std::string device_name() const override { return "cpu (" + cpu::blas_description() + ")"; }
+  OutControl* out_control() override { return model_.out_control(); }
 
   StepStats train_step(std::span<const Batch> micro_batches, const StepHyper& hyper) override {
     const int64_t step = opt_->step_count() + 1;
@@ -58,6 +60,7 @@ class CpuEngine final : public TrainingEngine {
     // Each token's loss is divided by the step's total token count (over all ranks): micro-batches
     // and ranks are averaged by tokens, exactly as one large batch would be.
     const float grad_scale = static_cast<float>(1.0 / static_cast<double>(total));
+    if (OutControl* oc = model_.out_control()) oc->begin_step(step);
     cpu::LossSums sums;
     std::string fault;  // why this rank cannot finish the step
     for (size_t i = 0; i < micro_batches.size() && fault.empty(); ++i) {
@@ -81,6 +84,7 @@ class CpuEngine final : public TrainingEngine {
     if (comm_) comm_->all_reduce_sum(agreed, 3, CommType::kF64);
     if (!fault.empty()) FP4_THROW(fault);
     FP4_CHECK(agreed[2] == 0, where, ": another rank found a non-finite loss or gradient (see its message)");
+    out_control_end_step(model_.out_control(), comm_, step);
 
     StepStats stats;
     stats.loss = agreed[0] / static_cast<double>(total);
@@ -168,6 +172,7 @@ class CpuEngine final : public TrainingEngine {
     for (int i = 0; i < ps.size(); ++i)
       out.push_back(f32_state_tensor(ps.at(i).info.name, ps.at(i).info.shape, ps.value(i)));
     for (auto& t : opt_->save_state(ps)) out.push_back(std::move(t));
+    append_out_control_state(model_.out_control(), out);
     return out;
   }
 
@@ -183,6 +188,7 @@ class CpuEngine final : public TrainingEngine {
     for (int i = 0; i < ps.size(); ++i)
       std::memcpy(ps.value(i).data(), values[static_cast<size_t>(i)]->bytes.data(),
                   static_cast<size_t>(ps.at(i).info.numel()) * 4);
+    if (OutControl* oc = model_.out_control()) oc->load_state(state);
   }
 
  private:
