@@ -88,7 +88,7 @@ class CudaEngine final : public TrainingEngine, public GradientProbe, public Gra
               "\" is not available in the CUDA engine (adamw only; q-adamw runs on the CPU engine: device = ",
               "\"cpu\", or set the recipe field optimizer = \"adamw\")");
     FP4_CHECK(!recipe.out_control.enabled, "recipe ", recipe.name, ": out_control (OutControl's outlier ",
-              "channels) runs on the CPU engine only so far; use device = "cpu" or set out_control.enabled=false");
+              "channels) runs on the CPU engine only so far; use the cpu device or set out_control.enabled=false");
     cudaDeviceProp prop{};
     FP4_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     device_name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
