@@ -46,7 +46,8 @@ class QuantizedLinear final : public Linear {
         params_(params),
         weight_(params.add(spec_.name, {spec_.out_features, spec_.in_features}, true, ParamInit::kNormal)),
         impl_(spec_.policy, spec_.in_features, spec_.out_features, spec_.layer_id, spec_.name) {
-    if (spec_.quant_ctx->out_control) impl_.set_out_channels(spec_.quant_ctx->out_control->add(spec_.name, spec_.in_features));
+    if (OutControl* oc = spec_.quant_ctx->out_control)  // registers the layer for calibration
+      impl_.set_out_channels(oc->add(spec_.name, spec_.in_features));
   }
 
   void forward(const float* x, float* y, int n) override {

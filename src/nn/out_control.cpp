@@ -20,8 +20,8 @@ StateTensor state_tensor(std::string name, const char* dtype, std::span<const T>
 
 template <typename T>
 std::vector<T> state_values(const StateTensor& t, const char* dtype, size_t expected) {
-  FP4_CHECK(t.dtype == dtype && t.bytes.size() == expected * sizeof(T), "state tensor '", t.name, "': ", t.dtype,
-            " of ", t.bytes.size(), " bytes, expected ", dtype, " of ", expected * sizeof(T));
+  FP4_CHECK(t.dtype == dtype && t.bytes.size() == expected * sizeof(T), "state tensor '", t.name,
+            "': ", t.dtype, " of ", t.bytes.size(), " bytes, expected ", dtype, " of ", expected * sizeof(T));
   std::vector<T> v(expected);
   if (expected) std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
   return v;
@@ -33,8 +33,9 @@ int outlier_channel_count(int in_features, double ratio, int round_to, const std
   FP4_CHECK(ratio > 0 && ratio < 1 && round_to > 0, "out_control, layer ", layer, ": ratio ", ratio,
             " / round_to ", round_to, " out of range");
   const int cap = (in_features - 1) / round_to * round_to;
-  FP4_CHECK(cap > 0, "out_control, layer ", layer, ": ", in_features, " input channels leave no count that is a ",
-            "multiple of round_to ", round_to, " and below ", in_features, " (lower out_control.round_to)");
+  FP4_CHECK(cap > 0, "out_control, layer ", layer, ": ", in_features,
+            " input channels leave no count that is a ", "multiple of round_to ", round_to, " and below ",
+            in_features, " (lower out_control.round_to)");
   // The small slack keeps ratio * I at an integer (0.1 * 640) from rounding up past it.
   const int raw = static_cast<int>(std::ceil(ratio * in_features - 1e-9));
   const int rounded = (std::max(raw, 1) + round_to - 1) / round_to * round_to;
@@ -56,8 +57,10 @@ std::vector<int32_t> complement_channels(const std::vector<int32_t>& sorted, int
   std::vector<int32_t> out;
   size_t j = 0;
   for (int32_t i = 0; i < in_features; ++i) {
-    if (j < sorted.size() && sorted[j] == i) ++j;
-    else out.push_back(i);
+    if (j < sorted.size() && sorted[j] == i)
+      ++j;
+    else
+      out.push_back(i);
   }
   return out;
 }
@@ -108,12 +111,17 @@ void OutChannels::restore(std::vector<double> totals) {
   total_ = std::move(totals);
 }
 
-void OutChannels::restore_frozen(std::vector<int32_t> c8, double share) {
+void OutChannels::check_channel_set(std::span<const int64_t> c8) const {
   for (size_t i = 0; i < c8.size(); ++i)
     FP4_CHECK(c8[i] >= 0 && c8[i] < in_ && (i == 0 || c8[i] > c8[i - 1]), "out_control, layer ", name_,
               ": channel set is not ascending within [0, ", in_, ")");
   FP4_CHECK(!c8.empty() && c8.size() % 16 == 0 && static_cast<int>(c8.size()) < in_, "out_control, layer ",
-            name_, ": ", c8.size(), " frozen channels of ", in_, " (need a positive multiple of 16 below it)");
+            name_, ": ", c8.size(), " frozen channels of ", in_,
+            " (need a positive multiple of 16 below it)");
+}
+
+void OutChannels::restore_frozen(std::vector<int32_t> c8, double share) {
+  check_channel_set(std::vector<int64_t>(c8.begin(), c8.end()));
   clear();
   c8_ = std::move(c8);
   c4_ = complement_channels(c8_, in_);
@@ -221,6 +229,7 @@ void OutControl::load_state(const std::vector<StateTensor>& state) {
       const auto share = found.find(base + ".share");
       FP4_CHECK(share != found.end(), "state: ", base, ".c8 without ", base, ".share");
       loaded[k].c8 = state_values<int64_t>(*c8->second, "I64", c8->second->bytes.size() / 8);
+      l.check_channel_set(loaded[k].c8);
       loaded[k].share = state_values<double>(*share->second, "F64", 1)[0];
       loaded[k].frozen = true;
     } else if (sums != found.end()) {

@@ -55,6 +55,8 @@ class OutChannels {
   const std::vector<double>& totals() const { return total_; }
   void restore(std::vector<double> totals);
   void restore_frozen(std::vector<int32_t> c8, double share);
+  // Throws naming the layer unless c8 is an ascending set of a positive multiple of 16 channels below I.
+  void check_channel_set(std::span<const int64_t> c8) const;
   void clear();
 
  private:
@@ -69,8 +71,8 @@ class OutChannels {
 struct OutControlLayerReport {
   std::string name;
   int in_features = 0;
-  int channels = 0;    // |C8|
-  double share = 0;    // of ||X||^2 held by C8 over calibration
+  int channels = 0;  // |C8|
+  double share = 0;  // of ||X||^2 held by C8 over calibration
 };
 struct OutControlReport {
   int64_t step = 0;

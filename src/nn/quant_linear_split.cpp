@@ -4,24 +4,24 @@
 //   dW[:, C4] = Q5(dY^T) Q6(X[:, C4]^T)^T;  dW[:, C8] = MX8(dY^T) MX8(dequant(MX8(X[:, C8]))^T)^T.
 // Gathered channel sets are zero-padded to whole blocks (128 for NVFP4, 32 for MXFP8): zero columns
 // change neither an amax nor a product.
-#include "nn/quant_linear.h"
-
 #include "core/error.h"
+#include "nn/quant_linear.h"
 #include "numerics/mxfp8.h"
 #include "ops/ops.h"
 
 namespace fp4 {
 namespace {
 
-int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+int64_t round_up(int64_t v, int64_t m) {
+  return (v + m - 1) / m * m;
+}
 
 // src [rows x cols] columns idx into [rows x padded], zeros beyond idx.size().
-std::vector<float> gather_columns(const float* src, int64_t rows, int64_t cols, const std::vector<int32_t>& idx,
-                                  int64_t padded) {
+std::vector<float> gather_columns(const float* src, int64_t rows, int64_t cols,
+                                  const std::vector<int32_t>& idx, int64_t padded) {
   std::vector<float> out(static_cast<size_t>(rows * padded), 0.0f);
   for (int64_t r = 0; r < rows; ++r)
-    for (size_t j = 0; j < idx.size(); ++j)
-      out[static_cast<size_t>(r * padded) + j] = src[r * cols + idx[j]];
+    for (size_t j = 0; j < idx.size(); ++j) out[static_cast<size_t>(r * padded) + j] = src[r * cols + idx[j]];
   return out;
 }
 
@@ -76,12 +76,12 @@ void QuantLinearCpu::forward_split(const float* x, const float* w, float* y, int
   const std::vector<float> w4 = gather_columns(w, out_, in_, c4, p4);
   const QuantOperand xq(x4.data(), n, p4, q1, randomness(ctx, QuantPurpose::kSrQ1, QuantPurpose::kRhtDx, 0),
                         xname.c_str());
-  const QuantOperand wq(w4.data(), out_, p4, q2, randomness(ctx, QuantPurpose::kSrQ2, QuantPurpose::kRhtDx, 0),
-                        wname.c_str());
+  const QuantOperand wq(w4.data(), out_, p4, q2,
+                        randomness(ctx, QuantPurpose::kSrQ2, QuantPurpose::kRhtDx, 0), wname.c_str());
   nonfinite_ = xq.nonfinite() + wq.nonfinite();
   const std::vector<float> x4_hat = xq.values(), w4_hat = wq.values();
-  cpu::gemm(false, true, n, out_, static_cast<int>(p4), 1.0f, x4_hat.data(), static_cast<int>(p4), w4_hat.data(),
-            static_cast<int>(p4), 0.0f, y, out_);
+  cpu::gemm(false, true, n, out_, static_cast<int>(p4), 1.0f, x4_hat.data(), static_cast<int>(p4),
+            w4_hat.data(), static_cast<int>(p4), 0.0f, y, out_);
 
   // FP8 part over C8.
   const std::vector<float> x8 = gather_columns(x, n, in_, c8, p8);
@@ -89,8 +89,8 @@ void QuantLinearCpu::forward_split(const float* x, const float* w, float* y, int
   const Mxfp8Tensor x8q = quantize_mxfp8(x8.data(), n, p8), w8q = quantize_mxfp8(w8.data(), out_, p8);
   nonfinite_ += x8q.nonfinite + w8q.nonfinite;
   const std::vector<float> x8_hat = values(x8q), w8_hat = values(w8q);
-  cpu::gemm(false, true, n, out_, static_cast<int>(p8), 1.0f, x8_hat.data(), static_cast<int>(p8), w8_hat.data(),
-            static_cast<int>(p8), 1.0f, y, out_);
+  cpu::gemm(false, true, n, out_, static_cast<int>(p8), 1.0f, x8_hat.data(), static_cast<int>(p8),
+            w8_hat.data(), static_cast<int>(p8), 1.0f, y, out_);
 
   // W^ in the original channel order, from both parts: the dX operand stays a single FP4 tensor.
   std::vector<float> w_hat(static_cast<size_t>(out_) * in_);
@@ -98,9 +98,10 @@ void QuantLinearCpu::forward_split(const float* x, const float* w, float* y, int
   scatter_columns(w8_hat.data(), p8, w_hat.data(), out_, in_, c8, false);
   const std::string q4name = "linear " + name_ + " W^T", q6name = "linear " + name_ + " X[:, C4]^T";
   {
-    const std::vector<float> src = transposed(q4.source == QuantSource::kAligned ? w_hat.data() : w, out_, in_);
-    q4_ = QuantOperand(src.data(), in_, out_, q4, randomness(ctx, QuantPurpose::kSrQ4, QuantPurpose::kRhtDx, q4.rht_n),
-                       q4name.c_str());
+    const std::vector<float> src =
+        transposed(q4.source == QuantSource::kAligned ? w_hat.data() : w, out_, in_);
+    q4_ = QuantOperand(src.data(), in_, out_, q4,
+                       randomness(ctx, QuantPurpose::kSrQ4, QuantPurpose::kRhtDx, q4.rht_n), q4name.c_str());
   }
   {
     // Q6 over the k4 real channels: the aligned source is X^[:, C4], the original X[:, C4].
@@ -108,8 +109,8 @@ void QuantLinearCpu::forward_split(const float* x, const float* w, float* y, int
     std::vector<float> t(static_cast<size_t>(k4 * n));  // its first k4 columns, transposed
     for (int64_t c = 0; c < k4; ++c)
       for (int64_t r = 0; r < n; ++r) t[static_cast<size_t>(c * n + r)] = src4[r * p4 + c];
-    q6_ = QuantOperand(t.data(), k4, n, q6, randomness(ctx, QuantPurpose::kSrQ6, QuantPurpose::kRhtDw, q6.rht_n),
-                       q6name.c_str());
+    q6_ = QuantOperand(t.data(), k4, n, q6,
+                       randomness(ctx, QuantPurpose::kSrQ6, QuantPurpose::kRhtDw, q6.rht_n), q6name.c_str());
   }
   // dW[:, C8]'s X operand: the forward's FP8 values, re-quantized along n.
   const std::vector<float> x8t = transposed(x8_hat.data(), n, p8);  // [p8 x n]; rows k8.. are zero
@@ -131,7 +132,8 @@ void QuantLinearCpu::backward_split_dw(const float* dy, float* dw, int n) {
   const std::vector<float> dyt = transposed(dy, n, out_);  // [out x n]
 
   // dW[:, C4] = Q5(dY^T) Q6^T, as in the layer's recipe.
-  const QuantOperand dytq(dyt.data(), out_, n, q5, randomness(ctx_, QuantPurpose::kSrQ5, QuantPurpose::kRhtDw, q5.rht_n),
+  const QuantOperand dytq(dyt.data(), out_, n, q5,
+                          randomness(ctx_, QuantPurpose::kSrQ5, QuantPurpose::kRhtDw, q5.rht_n),
                           q5name.c_str());
   const std::vector<float> c = dytq.values(), d = q6_.values();  // [out x n], [k4 x n]
   std::vector<float> dw4(static_cast<size_t>(out_) * k4);

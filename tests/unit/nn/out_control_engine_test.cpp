@@ -61,7 +61,8 @@ TEST(OutControlEngine, TinyModelTrainsThroughCalibrationAndTheSplitLayers) {
     if (step == 4) engine->evaluate(random_batch(cfg, 4, 64, seed + 1));  // must not count
     const auto report = oc.take_report();
     ASSERT_EQ(report.has_value(), step == 6) << "step " << step;
-    for (const OutChannels* l : oc.layers()) ASSERT_EQ(l->frozen(), step >= 6) << l->name() << " step " << step;
+    for (const OutChannels* l : oc.layers())
+      ASSERT_EQ(l->frozen(), step >= 6) << l->name() << " step " << step;
     if (report) {
       for (const auto& l : report->layers) {
         EXPECT_EQ(l.channels, l.in_features == 128 ? 16 : 48) << l.name;  // 12.8 -> 16, 38.4 -> 48
@@ -107,7 +108,8 @@ TEST(OutControlEngine, ResumeIsBitExactBeforeDuringAndAfterCalibration) {
     for (int s = cut + 1; s <= total; ++s) resumed->train_step(data[size_t(s - 1)], hyper);
     const std::vector<float> p = all_parameters(*resumed);
     ASSERT_EQ(p.size(), final_params.size());
-    EXPECT_EQ(std::memcmp(p.data(), final_params.data(), p.size() * sizeof(float)), 0) << "resumed at step " << cut;
+    EXPECT_EQ(std::memcmp(p.data(), final_params.data(), p.size() * sizeof(float)), 0)
+        << "resumed at step " << cut;
     OutControl& a = out_control_of(*whole);
     OutControl& b = out_control_of(*resumed);
     for (size_t l = 0; l < a.layers().size(); ++l) {

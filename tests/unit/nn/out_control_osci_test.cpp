@@ -1,5 +1,6 @@
 // OsciReset's OutControl hook (OsciTarget::fp4_columns): after the freeze only the NVFP4 columns are
-// quantized, tracked and reset, with Q(w) the quantizer over the gathered columns as the split layer sees them.
+// quantized, tracked and reset, with Q(w) the quantizer over the gathered columns as the split layer sees
+// them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,7 +21,9 @@ class MemoryWeights final : public WeightAccess {
   void read(const std::string& name, std::span<float> out) override {
     std::copy(w.at(name).begin(), w.at(name).end(), out.begin());
   }
-  void write(const std::string& name, std::span<const float> in) override { w.at(name).assign(in.begin(), in.end()); }
+  void write(const std::string& name, std::span<const float> in) override {
+    w.at(name).assign(in.begin(), in.end());
+  }
 };
 
 TEST(OutControlOsciReset, OnlyFp4ColumnsAreTrackedAndResetToTheirGatheredGridPoints) {
@@ -73,7 +76,8 @@ TEST(OutControlOsciReset, OnlyFp4ColumnsAreTrackedAndResetToTheirGatheredGridPoi
   const std::vector<float>& after = mem.w["w"];
   int64_t changed = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    for (int32_t c : c8) ASSERT_EQ(after[size_t(r * cols + c)], before[size_t(r * cols + c)]) << "FP8 column " << c;
+    for (int32_t c : c8)
+      ASSERT_EQ(after[size_t(r * cols + c)], before[size_t(r * cols + c)]) << "FP8 column " << c;
     for (size_t j = 0; j < c4.size(); ++j) {
       const size_t e = size_t(r * cols + c4[j]);
       if (after[e] == before[e]) continue;

@@ -1,5 +1,7 @@
 // OutControl (RECIPES.md section 7): channel counts and selection, calibration and its checkpoint state,
 // and the split NVFP4/MXFP8 layer: forward error on outlier channels, unbiased FP4 gradients.
+#include "nn/out_control.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "nn/out_control.h"
 #include "nn/quant_linear.h"
 #include "ops/ops.h"
 #include "recipe/recipe_io.h"
@@ -55,13 +56,13 @@ TEST(OutControlSelection, PicksExactlyTheTopChannelsWithTiesToTheLowerIndex) {
 }
 
 TEST(OutControlSelection, CountRoundsUpToRoundToAndStaysBelowI) {
-  EXPECT_EQ(outlier_channel_count(640, 0.1, 16), 64);    // exactly 64: no spurious round-up
+  EXPECT_EQ(outlier_channel_count(640, 0.1, 16), 64);  // exactly 64: no spurious round-up
   EXPECT_EQ(outlier_channel_count(640, 0.1, 128), 128);
   EXPECT_EQ(outlier_channel_count(200, 0.1, 16), 32);    // ceil(20) -> 32
   EXPECT_EQ(outlier_channel_count(384, 0.1, 16), 48);    // ceil(38.4) = 39 -> 48
   EXPECT_EQ(outlier_channel_count(256, 0.6, 128), 128);  // 154 -> 256 reaches I: capped at 128
   EXPECT_EQ(outlier_channel_count(129, 0.5, 128), 128);
-  EXPECT_EQ(outlier_channel_count(1024, 0.001, 16), 16);  // at least one block
+  EXPECT_EQ(outlier_channel_count(1024, 0.001, 16), 16);      // at least one block
   EXPECT_THROW(outlier_channel_count(128, 0.1, 128), Error);  // no multiple of 128 below 128
   EXPECT_THROW(outlier_channel_count(16, 0.5, 16), Error);
   std::mt19937 rng(std::random_device{}());
@@ -180,7 +181,8 @@ TEST(OutControlCalibration, StateRoundTripsBeforeDuringAndAfterTheWindow) {
     c.load_state(bad);
     FAIL() << "a corrupt channel set was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("out_control.blocks.0.mlp.w_down.c8"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("out_control.blocks.0.mlp.w_down.c8"), std::string::npos)
+        << e.what();
   }
   EXPECT_FALSE(cch->frozen());
 }
@@ -230,7 +232,8 @@ TEST(OutControlLayer, OutlierChannelsInMxfp8CutTheForwardErrorAndAreTheOnesSelec
   std::mt19937 rng(seed);
   const OutlierCase c = outlier_case(rng, 12);
   std::vector<float> exact(size_t(c.n * c.out));
-  cpu::gemm(false, true, c.n, c.out, c.in, 1.0f, c.x.data(), c.in, c.w.data(), c.in, 0.0f, exact.data(), c.out);
+  cpu::gemm(false, true, c.n, c.out, c.in, 1.0f, c.x.data(), c.in, c.w.data(), c.in, 0.0f, exact.data(),
+            c.out);
   const Recipe r = load_recipe("tetrajet-v2-base");
   QuantLinearCpu plain(r.linear, c.in, c.out, 3, "plain");
   QuantLinearCpu split(r.linear, c.in, c.out, 3, "split");
@@ -247,8 +250,8 @@ TEST(OutControlLayer, OutlierChannelsInMxfp8CutTheForwardErrorAndAreTheOnesSelec
   // Split channel sets with no outliers behave like the plain layer (same order of error).
   const OutlierCase flat = outlier_case(rng, 0);
   std::vector<float> exact_flat(size_t(flat.n * flat.out));
-  cpu::gemm(false, true, flat.n, flat.out, flat.in, 1.0f, flat.x.data(), flat.in, flat.w.data(), flat.in, 0.0f,
-            exact_flat.data(), flat.out);
+  cpu::gemm(false, true, flat.n, flat.out, flat.in, 1.0f, flat.x.data(), flat.in, flat.w.data(), flat.in,
+            0.0f, exact_flat.data(), flat.out);
   EXPECT_LT(forward_error(split, flat, exact_flat), 2.0 * forward_error(plain, flat, exact_flat));
   EXPECT_GT(split.saved_bytes(), 0);
 }
@@ -296,10 +299,10 @@ TEST(OutControlLayer, SplitGradientsAreUnbiasedForTheFp4PartAndCloseForTheFp8Par
       for (size_t i = 0; i < dx.size(); ++i) sum_dx[i] += dx[i];
       for (size_t i = 0; i < dw.size(); ++i) sum_dw[i] += dw[i];
       if (done == 0) {  // the exact gradients of the split quantized forward (X^, W^ are deterministic)
-        cpu::gemm(false, false, c.n, c.in, c.out, 1.0f, c.dy.data(), c.out, layer.last_w_hat().data(), c.in, 0.0f,
-                  exact_dx.data(), c.in);
-        cpu::gemm(true, false, c.out, c.in, c.n, 1.0f, c.dy.data(), c.out, layer.last_x_hat().data(), c.in, 0.0f,
-                  exact_dw.data(), c.in);
+        cpu::gemm(false, false, c.n, c.in, c.out, 1.0f, c.dy.data(), c.out, layer.last_w_hat().data(), c.in,
+                  0.0f, exact_dx.data(), c.in);
+        cpu::gemm(true, false, c.out, c.in, c.n, 1.0f, c.dy.data(), c.out, layer.last_x_hat().data(), c.in,
+                  0.0f, exact_dw.data(), c.in);
       }
     }
     ex.push_back(rel_err(sum_dx, done, exact_dx, all_dx));

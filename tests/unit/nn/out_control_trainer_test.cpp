@@ -45,11 +45,10 @@ class OutControlTrainer : public ::testing::Test {
     c.train.out_dir = (tmp_ / run).string();
     c.train.seed = seed_;
     c.recipe.name = "tetrajet-v2-base";
-    c.recipe.overrides = {{"out_control.enabled", "true"},  {"out_control.calib_start", "2"},
-                          {"out_control.calib_steps", "3"}, {"out_control.round_to", "16"},
-                          {"osci_reset.enabled", "true"},   {"osci_reset.window", "2"},
-                          {"osci_reset.period", "3"},       {"osci_reset.start", "5"},
-                          {"osci_reset.threshold", "1"}};
+    c.recipe.overrides = {
+        {"out_control.enabled", "true"}, {"out_control.calib_start", "2"}, {"out_control.calib_steps", "3"},
+        {"out_control.round_to", "16"},  {"osci_reset.enabled", "true"},   {"osci_reset.window", "2"},
+        {"osci_reset.period", "3"},      {"osci_reset.start", "5"},        {"osci_reset.threshold", "1"}};
     return c;
   }
 
@@ -81,7 +80,8 @@ TEST_F(OutControlTrainer, FreezeIsLoggedOsciResetTracksFp4ColumnsAndResumeIsBitE
   int64_t fp4_elements = 0;
   for (const auto& l : oc[0]["layers"]) {
     const int in = l["in_features"].get<int>();
-    EXPECT_EQ(l["channels"].get<int>(), in == 128 ? 16 : 32) << l["name"];  // ceil(12.8) -> 16, ceil(25.6) -> 32
+    EXPECT_EQ(l["channels"].get<int>(), in == 128 ? 16 : 32)
+        << l["name"];  // ceil(12.8) -> 16, ceil(25.6) -> 32
     const double share = l["share"].get<double>();
     EXPECT_GT(share, 0.0);
     EXPECT_LT(share, 1.0);
@@ -101,7 +101,7 @@ TEST_F(OutControlTrainer, FreezeIsLoggedOsciResetTracksFp4ColumnsAndResumeIsBitE
   for (const auto& l : oc[0]["layers"]) {
     const int64_t in = l["in_features"].get<int64_t>(), c8 = l["channels"].get<int64_t>();
     const std::string name = l["name"];
-    const int64_t out = name.find("wqkv") != std::string::npos      ? 3 * d
+    const int64_t out = name.find("wqkv") != std::string::npos        ? 3 * d
                         : name.find("w_gate_up") != std::string::npos ? 2 * ff
                                                                       : d;
     expect += out * (in - c8);

@@ -47,9 +47,10 @@ TEST(OutControlRecipe, ParsesTheSectionAndOverridesAndRoundTrips) {
   EXPECT_EQ(to_toml(again), to_toml(r));
   EXPECT_EQ(again.out_control.calib_start, 7);
 
-  const Recipe o = load_recipe("tetrajet-v2-base", {"out_control.enabled=true", "out_control.ratio=0.3",
-                                                    "recipe.out_control.round_to=32", "out_control.calib_start=2",
-                                                    "out_control.calib_steps=9"});
+  const Recipe o =
+      load_recipe("tetrajet-v2-base",
+                  {"out_control.enabled=true", "out_control.ratio=0.3", "recipe.out_control.round_to=32",
+                   "out_control.calib_start=2", "out_control.calib_steps=9"});
   EXPECT_TRUE(o.out_control.enabled);
   EXPECT_DOUBLE_EQ(o.out_control.ratio, 0.3);
   EXPECT_EQ(o.out_control.round_to, 32);
@@ -58,21 +59,26 @@ TEST(OutControlRecipe, ParsesTheSectionAndOverridesAndRoundTrips) {
 }
 
 TEST(OutControlRecipe, BadValuesAreClearErrors) {
-  const auto with = [](const std::string& a) { return load_recipe("tetrajet-v2-base", {"out_control.enabled=true", a}); };
+  const auto with = [](const std::string& a) {
+    return load_recipe("tetrajet-v2-base", {"out_control.enabled=true", a});
+  };
   for (const char* bad : {"out_control.ratio=0", "out_control.ratio=1", "out_control.ratio=1.5",
                           "out_control.ratio=-0.1", "out_control.ratio=abc"})
     expect_error([&] { with(bad); }, "fraction in (0, 1)");
   for (const char* bad : {"out_control.round_to=24", "out_control.round_to=0", "out_control.round_to=8",
                           "out_control.round_to=-16"})
     expect_error([&] { with(bad); }, "multiple of 16");
-  for (const char* bad : {"out_control.calib_start=0", "out_control.calib_steps=-3", "out_control.calib_steps=2.5"})
+  for (const char* bad :
+       {"out_control.calib_start=0", "out_control.calib_steps=-3", "out_control.calib_steps=2.5"})
     expect_error([&] { with(bad); }, "positive number of steps");
   expect_error([&] { with("out_control.enabled=yes"); }, "true or false");
   expect_error([&] { with("out_control.window=5"); }, "out_control.window");
-  expect_error([] { parse_recipe("name = \"x\"\n[out_control]\nratio = 2.0\n", "x.toml"); }, "x.toml: 'out_control.ratio'");
+  expect_error([] { parse_recipe("name = \"x\"\n[out_control]\nratio = 2.0\n", "x.toml"); },
+               "x.toml: 'out_control.ratio'");
   // The NVIDIA recipe reuses Q2 for dX: the MXFP8 channels would never be re-quantized.
   expect_error([] { load_recipe("nvidia-nvfp4", {"out_control.enabled=true"}); }, "reuse");
-  expect_error([] { load_recipe("bf16", {"out_control.enabled=true"}); }, "out_control splits the NVFP4 forward");
+  expect_error([] { load_recipe("bf16", {"out_control.enabled=true"}); },
+               "out_control splits the NVFP4 forward");
 }
 
 }  // namespace
