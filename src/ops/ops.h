@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 namespace fp4::cpu {
@@ -80,9 +81,12 @@ LossSums cross_entropy(float* dlogits, const float* logits, const int32_t* targe
 // ---- AdamW (decoupled weight decay, PyTorch semantics) ----
 // p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 // p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps), bc_i = 1 - b_i^step.
+// ratio_bound clamps the normalized step m / (sqrt(v) / sqrt(bc2) + eps) to [-bound, bound] (q-adamw: decoded
+// moments can disagree where exact ones cannot); infinity leaves AdamW's arithmetic bit for bit.
 struct AdamWArgs {
   float lr, beta1, beta2, eps, weight_decay;
   float bias_correction1, bias_correction2;
+  float ratio_bound = std::numeric_limits<float>::infinity();
 };
 void adamw_update(float* p, float* m, float* v, const float* g, int64_t n, const AdamWArgs& args);
 

@@ -25,6 +25,18 @@ AdamW::AdamW(const ParameterSet& params, IndexRange shard)
             shard.begin, ", ", shard.end, ") is outside the ", params.numel(), " parameters");
 }
 
+cpu::AdamWArgs adamw_args(const StepHyper& h, int64_t step) {
+  cpu::AdamWArgs args{};
+  args.lr = h.lr;
+  args.beta1 = h.beta1;
+  args.beta2 = h.beta2;
+  args.eps = h.eps;
+  args.weight_decay = h.weight_decay;
+  args.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), step));
+  args.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), step));
+  return args;
+}
+
 void AdamW::set_step_count(int64_t step) {
   FP4_CHECK(step >= 0, "AdamW: negative step count ", step);
   step_ = step;
@@ -35,13 +47,7 @@ void AdamW::step(ParameterSet& params, const StepHyper& h) {
             ", parameters hold ", params.numel());
   check_adamw_hyper(h);
   ++step_;
-  cpu::AdamWArgs args{};
-  args.lr = h.lr;
-  args.beta1 = h.beta1;
-  args.beta2 = h.beta2;
-  args.eps = h.eps;
-  args.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), step_));
-  args.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), step_));
+  cpu::AdamWArgs args = adamw_args(h, step_);
   auto values = params.values();
   auto grads = params.grads();
   for (int i = 0; i < params.size(); ++i) {

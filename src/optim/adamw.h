@@ -10,12 +10,17 @@
 #include "dist/communicator.h"
 #include "model/engine.h"
 #include "nn/parameters.h"
+#include "ops/ops.h"
 
 namespace fp4 {
 
 // Throws fp4::Error unless the hyper-parameters are usable: finite lr >= 0, betas in [0, 1), eps > 0,
 // finite weight_decay >= 0. Every AdamW (CPU or device) checks them the same way.
 void check_adamw_hyper(const StepHyper& h);
+
+// The update's arguments for step `step` (1-based): lr, betas, eps, bias corrections from h, weight decay
+// h.weight_decay (callers zero it for parameters not flagged for decay).
+cpu::AdamWArgs adamw_args(const StepHyper& h, int64_t step);
 
 class AdamW {
  public:

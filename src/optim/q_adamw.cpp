@@ -27,24 +27,9 @@ QuantizedMoment zeros(int64_t n, bool second) {
   return quantize_tiles(std::move(x), 0.0f, 0, 0, second ? "second moment" : "first moment");
 }
 
-// AdamW's update (cpu::adamw_update's arithmetic, operation for operation), with the normalized step
-// m / (sqrt(v) / sqrt(bc2) + eps) clipped to `bound`: exact AdamW never exceeds it, but decoded moments
-// can disagree (a second moment far below its tile mean decodes to 0 while m does not), and an
-// unclipped m / eps would throw the weight away.
-void clipped_adamw(float* p, float* m, float* v, const float* g, int64_t n, const cpu::AdamWArgs& a,
-                   float bound) {
-  const float decay = 1.0f - a.lr * a.weight_decay;
-  const float step_size = a.lr / a.bias_correction1;
-  const float bc2_sqrt = std::sqrt(a.bias_correction2);
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
-    m[i] = m[i] * a.beta1 + gi * (1.0f - a.beta1);
-    v[i] = v[i] * a.beta2 + (gi * gi) * (1.0f - a.beta2);
-    const float denom = std::sqrt(v[i]) / bc2_sqrt + a.eps;
-    const float r = std::clamp(m[i] / denom, -bound, bound);
-    p[i] = p[i] * decay - step_size * r;
-  }
-}
+// cpu::adamw_update runs with ratio_bound: the normalized step m / (sqrt(v) / sqrt(bc2) + eps) clipped to the
+// bound below. Exact AdamW never exceeds it, but decoded moments can disagree (a second moment far below its
+// tile mean decodes to 0 while m does not), and an unclipped m / eps would throw the weight away.
 
 // The largest |m_t| / (sqrt(v_t / bc2)) exact AdamW reaches after t steps, for any gradients (Cauchy-
 // Schwarz on the two moving sums): sqrt(bc2) (1 - b1) / sqrt(1 - b2) * sqrt(sum_{j<t} (b1^2 / b2)^j),
@@ -84,14 +69,8 @@ void QAdamW::step(ParameterSet& params, const StepHyper& h) {
             params.numel());
   check_adamw_hyper(h);
   ++step_;
-  cpu::AdamWArgs args{};
-  args.lr = h.lr;
-  args.beta1 = h.beta1;
-  args.beta2 = h.beta2;
-  args.eps = h.eps;
-  args.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), step_));
-  args.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), step_));
-  const float bound = ratio_bound(h.beta1, h.beta2, step_);
+  cpu::AdamWArgs args = adamw_args(h, step_);
+  args.ratio_bound = ratio_bound(h.beta1, h.beta2, step_);
   auto values = params.values();
   auto grads = params.grads();
   const int tensors = params.size();
@@ -107,7 +86,7 @@ void QAdamW::step(ParameterSet& params, const StepHyper& h) {
     decode_first_moment(pc.m, m);
     decode_second_moment(pc.v, v);
     args.weight_decay = params.at(pc.param).info.weight_decay ? h.weight_decay : 0.0f;
-    clipped_adamw(p, m.data(), v.data(), grads.data() + pc.flat, static_cast<int64_t>(n), args, bound);
+    cpu::adamw_update(p, m.data(), v.data(), grads.data() + pc.flat, static_cast<int64_t>(n), args);
   };
 
   // Pass 1: each tensor's amax of the new mixed moments, over every rank's pieces (one all-reduce; each

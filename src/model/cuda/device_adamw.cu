@@ -106,14 +106,7 @@ void DeviceAdamW::queue_step(DeviceParams& params, const StepHyper& h, const dou
                        stream_);
   }
   const int64_t step = step_ + 1;
-  cpu::AdamWArgs args{};
-  args.lr = h.lr;
-  args.beta1 = h.beta1;
-  args.beta2 = h.beta2;
-  args.eps = h.eps;
-  args.weight_decay = h.weight_decay;  // per parameter: decay_flags_
-  args.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), step));
-  args.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), step));
+  const cpu::AdamWArgs args = adamw_args(h, step);  // weight decay per parameter: decay_flags_
   if (n_chunks_ > 0)
     adamw_step(params.values() + b, m_.data(), v_.data(), params.grads() + b, params.values_bf16() + b,
                chunks_.data(), n_chunks_, decay_flags_.data(), args, control_.data(), stream_);
