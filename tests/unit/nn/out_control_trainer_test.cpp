@@ -24,26 +24,13 @@ class OutControlTrainer : public ::testing::Test {
   // One block of width 128 (TetraJet-v2's block128 scales need it), 4 x 32 tokens per micro-batch;
   // calibration over steps 2..4, OsciReset windows of 2 steps every 3 from step 5 (after the freeze).
   RunConfig config(const std::string& run, int64_t steps) const {
-    RunConfig c = default_run_config();
-    c.model = testing::small_model();
+    RunConfig c = testing::small_run_config(tmp_.path(), run, steps, seed_, 4, 10);
     c.model.d_model = 128;
     c.model.d_ff = 256;
-    c.data.train_dir = (tmp_ / "shards").string();
-    c.data.train_text = "";
-    c.data.val_text = "";
-    c.data.batch = 4;
-    c.data.seq = 32;
     c.data.grad_accum = 1;
-    c.optim.lr = 3e-3;
-    c.optim.warmup = 2;
-    c.optim.total_steps = 10;
-    c.train.steps = steps;
-    c.train.log_every = 1;
     c.train.eval_every = 5;
     c.train.eval_batches = 1;
     c.train.ckpt_every = 100;
-    c.train.out_dir = (tmp_ / run).string();
-    c.train.seed = seed_;
     c.recipe.name = "tetrajet-v2-base";
     c.recipe.overrides = {
         {"out_control.enabled", "true"}, {"out_control.calib_start", "2"}, {"out_control.calib_steps", "3"},

@@ -59,25 +59,12 @@ class DataParallelTest : public ::testing::Test {
   void SetUp() override { testing::prepare_corpus(tmp_.path()); }
 
   RunConfig config(const std::string& run, int64_t steps) const {
-    RunConfig c = default_run_config();
-    c.model = testing::small_model();
+    RunConfig c = testing::small_run_config(tmp_.path(), run, steps, seed_, 6, 10);
     c.model.n_layers = 2;  // several gradient buckets
-    c.data.train_dir = (tmp_ / "shards").string();
-    c.data.train_text = "";
-    c.data.val_text = "";
-    c.data.batch = 6;
-    c.data.seq = 32;
     c.data.grad_accum = 2;
-    c.optim.lr = 3e-3;
-    c.optim.warmup = 2;
-    c.optim.total_steps = 10;
-    c.train.steps = steps;
-    c.train.log_every = 1;
     c.train.eval_every = 0;
     c.train.eval_batches = 2;
     c.train.ckpt_every = 2;
-    c.train.out_dir = (tmp_ / run).string();
-    c.train.seed = seed_;
     return c;
   }
 

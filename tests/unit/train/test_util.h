@@ -12,6 +12,7 @@
 #include "data/prepare.h"
 #include "model/config.h"
 #include "model/engine.h"
+#include "train/run_config.h"
 
 namespace fp4::testing {
 
@@ -58,6 +59,28 @@ inline ModelConfig small_model() {
   m.d_ff = 64;
   m.max_seq_len = 64;
   return m;
+}
+
+// A run of small_model() on the byte shards in <tmp>/shards (prepare_corpus), written to <tmp>/<run>:
+// batch x 32 tokens per micro-batch, lr 3e-3 with 2 warm-up steps over a fixed total_steps schedule, a
+// metrics line every step. Tests set what they vary (accumulation, evaluation, checkpoints) on the result.
+inline RunConfig small_run_config(const std::filesystem::path& tmp, const std::string& run, int64_t steps,
+                                  uint64_t seed, int batch, int64_t total_steps) {
+  RunConfig c = default_run_config();
+  c.model = small_model();
+  c.data.train_dir = (tmp / "shards").string();
+  c.data.train_text = "";
+  c.data.val_text = "";
+  c.data.batch = batch;
+  c.data.seq = 32;
+  c.optim.lr = 3e-3;
+  c.optim.warmup = 2;
+  c.optim.total_steps = total_steps;
+  c.train.steps = steps;
+  c.train.log_every = 1;
+  c.train.out_dir = (tmp / run).string();
+  c.train.seed = seed;
+  return c;
 }
 
 // A micro-batch of random tokens (targets are the next tokens of the same draw).

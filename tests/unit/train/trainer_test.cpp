@@ -30,24 +30,11 @@ class TrainerTest : public ::testing::Test {
 
   // A small run: 2 micro-batches of 4 x 32 per step, a fixed 12-step schedule.
   RunConfig config(const std::string& run, int64_t steps) const {
-    RunConfig c = default_run_config();
-    c.model = testing::small_model();
-    c.data.train_dir = (tmp_ / "shards").string();
-    c.data.train_text = "";
-    c.data.val_text = "";
-    c.data.batch = 4;
-    c.data.seq = 32;
+    RunConfig c = testing::small_run_config(tmp_.path(), run, steps, seed_, 4, 12);
     c.data.grad_accum = 2;
-    c.optim.lr = 3e-3;
-    c.optim.warmup = 2;
-    c.optim.total_steps = 12;
-    c.train.steps = steps;
-    c.train.log_every = 1;
     c.train.eval_every = 4;
     c.train.eval_batches = 2;
     c.train.ckpt_every = 5;
-    c.train.out_dir = (tmp_ / run).string();
-    c.train.seed = seed_;
     return c;
   }
 
