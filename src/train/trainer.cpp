@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "recipe/recipe_io.h"
+#include "train/token_blocks.h"
 #include "dist/make_communicator.h"
 #include "dist/shard_plan.h"
 #include "model/cuda/cuda_engine.h"
@@ -126,6 +127,7 @@ int Trainer::agreed_stop_signal() {
 void Trainer::set_up() {
   recipe_ = load_run_recipe(cfg_.recipe);
   recipe_toml_ = to_toml(recipe_);
+  check_micro_batch_tokens(recipe_, cfg_.data.batch, cfg_.data.seq, dist_.launched ? dist_.world_size : 1);
   schedule_ = make_lr_schedule(cfg_);
 
   std::optional<Checkpoint> ckpt;
