@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "optim/adamw_optimizer.h"
 #include "optim/q_adamw.h"
+#include "optim/root_optimizer.h"
 
 namespace fp4 {
 
@@ -13,14 +14,20 @@ IndexRange OptimizerPlacement::shard(int64_t numel) const {
   return shards[static_cast<size_t>(comm->rank())];
 }
 
-bool is_known_optimizer(const std::string& name) { return name == "adamw" || name == "q-adamw"; }
+bool is_known_optimizer(const std::string& name) {
+  return name == "adamw" || name == "q-adamw" || name == "root" || name == "q-root";
+}
 
-std::string known_optimizers() { return "adamw, q-adamw"; }
+std::string known_optimizers() { return "adamw, q-adamw, root, q-root"; }
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const ParameterSet& params,
                                           const OptimizerPlacement& place, uint64_t seed) {
   if (name == "adamw") return std::make_unique<AdamWOptimizer>(params, place);
   if (name == "q-adamw") return std::make_unique<QAdamW>(params, place, seed);
+  // ROOT's hyper-parameters are RootOptions' defaults (momentum 0.95 Nesterov, clip quantile 0.99, update
+  // scale 0.2, 5 NS steps); lr and weight decay come from each step's StepHyper.
+  if (name == "root") return std::make_unique<RootOptimizer>(params, place, seed, NsPrecision::kFp32);
+  if (name == "q-root") return std::make_unique<RootOptimizer>(params, place, seed, NsPrecision::kNvfp4);
   FP4_THROW("optimizer '", name, "' is unknown (known: ", known_optimizers(), ")");
 }
 

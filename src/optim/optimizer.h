@@ -1,4 +1,4 @@
-// Optimizer: the interface the engines step through (AdamW, Q-AdamW; ROOT can implement it too).
+// Optimizer: the interface the engines step through (AdamW, Q-AdamW, ROOT, Q-Root).
 // An optimizer updates the FP32 master parameters of one range of the flat parameter buffer (its ZeRO-1
 // shard: every element when alone) from the gradients in the ParameterSet, keeps its state for that range
 // only, and exports/imports that state as named full tensors for checkpoints.
@@ -43,13 +43,13 @@ class Optimizer {
   virtual int64_t state_bytes() const = 0;  // memory of this rank's state (moments)
 };
 
-// "adamw" or "q-adamw"; throws fp4::Error naming the value and the known ones otherwise. `seed` is the
-// run seed (Q-AdamW's stochastic rounding).
+// "adamw", "q-adamw", "root" (ROOT, FP32 Newton-Schulz) or "q-root" (NVFP4 NS operands); throws
+// fp4::Error naming the value and the known ones otherwise. `seed` is the run seed (stochastic rounding).
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const ParameterSet& params,
                                           const OptimizerPlacement& place, uint64_t seed);
 
 // The optimizer names make_optimizer takes, for recipe validation and messages.
 bool is_known_optimizer(const std::string& name);
-std::string known_optimizers();  // "adamw, q-adamw"
+std::string known_optimizers();  // "adamw, q-adamw, root, q-root"
 
 }  // namespace fp4

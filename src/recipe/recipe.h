@@ -52,14 +52,21 @@ struct OutControlConfig {
   int round_to = 128;     // channel count rounded up to a multiple of this (a multiple of 16)
 };
 
+// Mixed-precision attention (RECIPES.md section 8.4; nn/q_attention.h): QK^T, dQ and dK in NVFP4, the
+// P/V/dO products in high precision. Off unless enabled.
+struct AttentionConfig {
+  bool q_attn = false;
+};
+
 struct Recipe {
   std::string name = "bf16";
   std::string description;
   LinearPolicy linear;              // applied to every quantized linear
   std::vector<int> bf16_layers;     // block indices kept in BF16; negative counts from the end
-  std::string optimizer = "adamw";  // adamw or q-adamw (optim/optimizer.h; root, q-root later)
+  std::string optimizer = "adamw";  // adamw, q-adamw, root or q-root (optim/optimizer.h)
   OsciResetConfig osci_reset;
   OutControlConfig out_control;
+  AttentionConfig attention;
 
   // The policy for linear `kind` of block `layer` in a model of `n_layers` blocks.
   LinearPolicy policy_for(int layer, int n_layers, LinearKind kind) const;

@@ -1,0 +1,65 @@
+// ROOT / Q-Root behind the Optimizer interface (RECIPES.md section 8.3, docs/OPTIMIZERS_ROOT.md).
+// Every root_eligible parameter (2-D, not the embedding nor the head) is one RootMatrix stepped with
+// lr = hyper.lr and decoupled weight decay hyper.weight_decay (0 for parameters not flagged for decay);
+// every other parameter is updated by the existing AdamW, with the same StepHyper, through a compact
+// ParameterSet of those parameters alone (so AdamW keeps moments for them only).
+//
+// Checkpoint: "root.m.<name>" (F32, the matrix's shape) per ROOT matrix, "root.step" (I64 [1]), and the
+// AdamW part in AdamW's own layout ("adamw.m.<name>", "adamw.v.<name>" for the AdamW parameters only,
+// "adamw.step").
+//
+// Data parallelism is refused: NS needs each matrix's whole gradient, and the engines reduce-scatter
+// gradients to ZeRO-1 shards that cut matrices (see docs/OPTIMIZERS.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "optim/adamw_optimizer.h"
+#include "optim/optimizer.h"
+#include "optim/root.h"
+
+namespace fp4 {
+
+inline constexpr const char* kRootMomentPrefix = "root.m.";
+inline constexpr const char* kRootStepName = "root.step";
+
+class RootOptimizer final : public Optimizer {
+ public:
+  // precision kFp32: "root"; kNvfp4: "q-root" (NVFP4 Newton-Schulz operands). `opt.precision` is
+  // overwritten by `precision`. Throws fp4::Error when placed on more than one rank or when the options
+  // are out of range.
+  RootOptimizer(const ParameterSet& params, const OptimizerPlacement& place, uint64_t seed, NsPrecision precision,
+                RootOptions opt = {});
+
+  std::string name() const override;
+  IndexRange shard() const override { return shard_; }
+  void step(ParameterSet& params, const StepHyper& hyper) override;
+  int64_t step_count() const override { return step_; }
+  std::vector<StateTensor> save_state(const ParameterSet& params) const override;
+  void load_state(const StateIndex& index, const ParameterSet& params) override;
+  int64_t state_bytes() const override;
+
+  const RootOptions& options() const { return opt_; }
+  // Names of the parameters ROOT updates, and of those AdamW updates, in ParameterSet order.
+  std::vector<std::string> root_parameters() const;
+  std::vector<std::string> adamw_parameters() const;
+  // The last step's clipping statistics per ROOT matrix (in root_parameters() order).
+  const std::vector<RootStepInfo>& last_step_info() const { return last_info_; }
+
+ private:
+  void check_layout(const ParameterSet& params, const char* what) const;
+
+  RootOptions opt_;
+  IndexRange shard_;
+  int64_t step_ = 0;
+  std::vector<int> root_index_;   // ParameterSet index of each ROOT matrix
+  std::vector<RootMatrix> roots_;
+  std::vector<int> adam_index_;   // ParameterSet index of each AdamW parameter
+  ParameterSet adam_params_;      // copies of the AdamW parameters (values and gradients) for AdamW's step
+  std::unique_ptr<AdamWOptimizer> adam_;
+  std::vector<RootStepInfo> last_info_;
+};
+
+}  // namespace fp4

@@ -1,0 +1,227 @@
+// RootOptimizer ("root", "q-root"): routing by root_eligible, each ROOT matrix stepped exactly as
+// root_step with the StepHyper's lr / weight decay, the rest exactly as AdamW, save/load bit for bit,
+// and clear refusals (data parallelism, bad hyper-parameters, another optimizer's state).
+#include "optim/root_optimizer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <random>
+
+#include "core/error.h"
+#include "model/engine_common.h"
+#include "model/state_index.h"
+#include "optim/adamw.h"
+#include "thread_comm.h"
+
+namespace fp4 {
+namespace {
+
+using ::testing::HasSubstr;
+
+uint64_t fresh_seed() {
+  static std::random_device rd;
+  const uint64_t s = (static_cast<uint64_t>(rd()) << 32) | rd();
+  std::printf("[ seed ] %llu\n", static_cast<unsigned long long>(s));
+  return s;
+}
+
+// A model-like set: embedding, a fused matrix, a gain vector without decay, a small matrix, the head,
+// and a 3-D tensor (not a matrix: AdamW's). Random values and gradients.
+ParameterSet make_params(std::mt19937_64& rng) {
+  ParameterSet ps;
+  ps.add("embed", {40, 32}, false, ParamInit::kNormal);
+  ps.add("blocks.0.attn.wqkv", {96, 32}, true, ParamInit::kNormal);
+  ps.add("blocks.0.attn_norm", {32}, false, ParamInit::kOnes);
+  ps.add("blocks.0.mlp.w_down", {32, 48}, true, ParamInit::kNormal);
+  ps.add("blocks.0.odd", {2, 3, 4}, true, ParamInit::kNormal);
+  ps.add("blocks.0.nodecay", {16, 32}, false, ParamInit::kNormal);
+  ps.add("lm_head", {40, 32}, true, ParamInit::kNormal);
+  ps.allocate();
+  std::normal_distribution<float> d(0.0f, 0.5f);
+  for (float& v : ps.values()) v = d(rng);
+  for (float& g : ps.grads()) g = d(rng);
+  return ps;
+}
+
+void new_grads(ParameterSet& ps, std::mt19937_64& rng) {
+  std::normal_distribution<float> d(0.0f, 0.5f);
+  for (float& g : ps.grads()) g = d(rng);
+}
+
+// What an engine saves: the parameter values (AdamW's state check reads them too) and the optimizer's.
+std::vector<StateTensor> engine_state(const Optimizer& opt, const ParameterSet& ps) {
+  std::vector<StateTensor> out;
+  for (int i = 0; i < ps.size(); ++i) out.push_back(f32_state_tensor(ps.at(i).info.name, ps.at(i).info.shape, ps.value(i)));
+  for (auto& t : opt.save_state(ps)) out.push_back(std::move(t));
+  return out;
+}
+
+StepHyper hyper() {
+  StepHyper h;
+  h.lr = 0.01f;
+  h.weight_decay = 0.1f;
+  return h;
+}
+
+TEST(RootOptimizer, RoutingFollowsRootEligible) {
+  auto rng = std::mt19937_64(fresh_seed());
+  const ParameterSet ps = make_params(rng);
+  RootOptimizer opt(ps, {}, 1, NsPrecision::kFp32);
+  std::vector<std::string> want_root, want_adam;
+  for (int i = 0; i < ps.size(); ++i) (root_eligible(ps.at(i).info) ? want_root : want_adam).push_back(ps.at(i).info.name);
+  EXPECT_EQ(opt.root_parameters(), want_root);
+  EXPECT_EQ(opt.adamw_parameters(), want_adam);
+  EXPECT_EQ(opt.root_parameters(),
+            (std::vector<std::string>{"blocks.0.attn.wqkv", "blocks.0.mlp.w_down", "blocks.0.nodecay"}));
+  // ROOT keeps one FP32 moment, AdamW two, for exactly their own parameters.
+  int64_t root_n = 0, adam_n = 0;
+  for (int i = 0; i < ps.size(); ++i) (root_eligible(ps.at(i).info) ? root_n : adam_n) += ps.at(i).info.numel();
+  EXPECT_EQ(opt.state_bytes(), 4 * root_n + 8 * adam_n);
+  EXPECT_EQ(opt.name(), "root");
+  EXPECT_EQ(RootOptimizer(ps, {}, 1, NsPrecision::kNvfp4).name(), "q-root");
+}
+
+// Two steps of the optimizer equal root_step per matrix and AdamW on a copy, bit for bit.
+TEST(RootOptimizer, StepsMatchRootStepAndAdamW) {
+  for (const NsPrecision prec : {NsPrecision::kFp32, NsPrecision::kNvfp4}) {
+    const uint64_t seed = fresh_seed();
+    auto rng = std::mt19937_64(seed);
+    ParameterSet ps = make_params(rng);
+    ParameterSet ref = ps;
+    RootOptimizer opt(ps, {}, seed, prec);
+    AdamW adam(ref);
+    std::vector<std::vector<float>> moms;
+    for (int i = 0; i < ref.size(); ++i) moms.emplace_back(static_cast<size_t>(ref.at(i).info.numel()), 0.0f);
+    RootOptions ro;
+    ro.precision = prec;
+    for (int s = 0; s < 2; ++s) {
+      if (s) {
+        new_grads(ps, rng);
+        std::copy(ps.grads().begin(), ps.grads().end(), ref.grads().begin());
+      }
+      const std::vector<float> before(ref.values().begin(), ref.values().end());
+      opt.step(ps, hyper());
+      adam.step(ref, hyper());  // right for the AdamW parameters; ROOT ones are redone below
+      for (int i = 0; i < ref.size(); ++i) {
+        const auto& info = ref.at(i).info;
+        if (!root_eligible(info)) continue;
+        auto w = ref.value(i);
+        std::copy(before.begin() + ref.at(i).offset, before.begin() + ref.at(i).offset + info.numel(), w.begin());
+        root_step(w, ref.grad(i), moms[static_cast<size_t>(i)], info.shape[0], info.shape[1], hyper().lr,
+                  info.weight_decay ? hyper().weight_decay : 0.0f, ro, info.name);
+      }
+      ASSERT_EQ(std::vector<float>(ps.values().begin(), ps.values().end()),
+                std::vector<float>(ref.values().begin(), ref.values().end()))
+          << "step " << s << (prec == NsPrecision::kNvfp4 ? " q-root" : " root");
+    }
+    EXPECT_EQ(opt.step_count(), 2);
+    EXPECT_EQ(opt.last_step_info().size(), 3u);
+    for (const auto& inf : opt.last_step_info()) EXPECT_GT(inf.clipped, 0);  // p99 clips about 1%
+  }
+}
+
+TEST(RootOptimizer, SaveLoadResumesBitForBit) {
+  const uint64_t seed = fresh_seed();
+  auto rng = std::mt19937_64(seed);
+  ParameterSet ps = make_params(rng);
+  RootOptimizer a(ps, {}, seed, NsPrecision::kNvfp4);
+  for (int s = 0; s < 3; ++s) {
+    a.step(ps, hyper());
+    new_grads(ps, rng);
+  }
+  const auto state = engine_state(a, ps);
+  const StateIndex index(state);
+  EXPECT_TRUE(index.has("root.m.blocks.0.attn.wqkv"));
+  EXPECT_TRUE(index.has("adamw.m.embed"));
+  EXPECT_FALSE(index.has("adamw.m.blocks.0.attn.wqkv"));
+  EXPECT_FALSE(index.has("root.m.embed"));
+  ParameterSet pb = ps;
+  RootOptimizer b(pb, {}, seed + 1, NsPrecision::kNvfp4);
+  b.load_state(index, pb);
+  EXPECT_EQ(b.step_count(), 3);
+  for (int s = 0; s < 3; ++s) {
+    a.step(ps, hyper());
+    b.step(pb, hyper());
+    new_grads(ps, rng);
+    std::copy(ps.grads().begin(), ps.grads().end(), pb.grads().begin());
+  }
+  EXPECT_EQ(std::vector<float>(ps.values().begin(), ps.values().end()),
+            std::vector<float>(pb.values().begin(), pb.values().end()));
+  const auto sa = a.save_state(ps), sb = b.save_state(pb);
+  ASSERT_EQ(sa.size(), sb.size());
+  for (size_t i = 0; i < sa.size(); ++i) EXPECT_EQ(sa[i].bytes, sb[i].bytes) << sa[i].name;
+}
+
+TEST(RootOptimizer, BadStatesAreRefusedBeforeAnyChange) {
+  const uint64_t seed = fresh_seed();
+  auto rng = std::mt19937_64(seed);
+  ParameterSet ps = make_params(rng);
+  RootOptimizer a(ps, {}, seed, NsPrecision::kFp32);
+  a.step(ps, hyper());
+  auto state = engine_state(a, ps);
+  RootOptimizer b(ps, {}, seed, NsPrecision::kFp32);
+  // An AdamW state: no root.step, the message names the field.
+  AdamWOptimizer adam(ps, {});
+  try {
+    b.load_state(StateIndex(engine_state(adam, ps)), ps);
+    ADD_FAILURE() << "root loaded an adamw state";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("root.step"));
+    EXPECT_THAT(e.what(), HasSubstr("'optimizer'"));
+  }
+  // A missing ROOT moment, and a missing AdamW moment: named, and nothing changes.
+  for (const std::string drop : {"root.m.blocks.0.mlp.w_down", "adamw.v.blocks.0.attn_norm"}) {
+    std::vector<StateTensor> cut;
+    for (const auto& t : state)
+      if (t.name != drop) cut.push_back(t);
+    try {
+      b.load_state(StateIndex(cut), ps);
+      ADD_FAILURE() << "loaded a state without " << drop;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(drop));
+    }
+    EXPECT_EQ(b.step_count(), 0);
+    EXPECT_EQ(b.state_bytes(), a.state_bytes());
+  }
+}
+
+TEST(RootOptimizer, RefusesDataParallelismAndBadHyper) {
+  auto rng = std::mt19937_64(fresh_seed());
+  ParameterSet ps = make_params(rng);
+  std::vector<std::string> msgs(2);
+  test::run_threads(2, [&](Communicator& comm) {
+    const int64_t half = ps.numel() / 2;
+    OptimizerPlacement place{&comm, {{0, half}, {half, ps.numel()}}};
+    try {
+      RootOptimizer opt(ps, place, 1, NsPrecision::kFp32);
+    } catch (const Error& e) {
+      msgs[static_cast<size_t>(comm.rank())] = e.what();
+    }
+  });
+  for (const auto& m : msgs) {
+    EXPECT_THAT(m, HasSubstr("data parallelism"));
+    EXPECT_THAT(m, HasSubstr("optimizer 'root'"));
+  }
+  RootOptions bad;
+  bad.clip_quantile = 1.5;
+  EXPECT_THROW(RootOptimizer(ps, {}, 1, NsPrecision::kFp32, bad), Error);
+  RootOptimizer opt(ps, {}, 1, NsPrecision::kFp32);
+  const std::vector<float> before(ps.values().begin(), ps.values().end());
+  StepHyper h = hyper();
+  h.lr = -1.0f;
+  EXPECT_THROW(opt.step(ps, h), Error);
+  h = hyper();
+  h.weight_decay = std::nanf("");
+  EXPECT_THROW(opt.step(ps, h), Error);
+  EXPECT_EQ(opt.step_count(), 0);
+  EXPECT_EQ(std::vector<float>(ps.values().begin(), ps.values().end()), before);
+  EXPECT_THROW(make_optimizer("Root", ps, {}, 1), Error);
+  EXPECT_EQ(make_optimizer("q-root", ps, {}, 1)->name(), "q-root");
+  EXPECT_TRUE(is_known_optimizer("root"));
+  EXPECT_FALSE(is_known_optimizer("muon"));
+}
+
+}  // namespace
+}  // namespace fp4
