@@ -1,12 +1,13 @@
 #include "nn/attention.h"
 
+#include "core/error.h"
 #include "ops/ops.h"
 
 namespace fp4 {
 
 Attention::Attention(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg,
                      const Recipe& recipe, int layer, const QuantContext* quant_ctx)
-    : params_(params), cfg_(cfg) {
+    : params_(params), cfg_(cfg), quant_ctx_(quant_ctx) {
   const int d = cfg.d_model;
   qkv_ = make_linear(params, {prefix + ".wqkv", d, 3 * d, recipe.policy_for(layer, cfg.n_layers, LinearKind::kQkv),
                               recipe.name, linear_id(layer, LinearKind::kQkv), quant_ctx});
@@ -14,6 +15,13 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const Mode
   k_norm_ = params.add(prefix + ".k_norm", {d}, false, ParamInit::kOnes);
   out_ = make_linear(params, {prefix + ".wo", d, d, recipe.policy_for(layer, cfg.n_layers, LinearKind::kAttnOut),
                               recipe.name, linear_id(layer, LinearKind::kAttnOut), quant_ctx});
+  if (recipe.attention.q_attn) {
+    FP4_CHECK(quant_ctx, prefix, ": recipe ", recipe.name, " sets attention.q_attn, which needs the model's ",
+              "quantization context");
+    FP4_CHECK(cfg.head_dim() % 16 == 0, prefix, ": attention.q_attn needs head_dim (", cfg.head_dim(),
+              ") to be a multiple of 16");
+    q_attn_ = std::make_unique<QAttentionCpu>(layer);
+  }
 }
 
 void Attention::resize(int b, int t) {
@@ -39,8 +47,12 @@ void Attention::forward(const float* x, float* y, const RopeTables& rope) {
                        cfg_.norm_eps);
   cpu::rope_forward(q_.data(), d, rope.cos.data(), rope.sin.data(), b_, t_, h, hd);
   cpu::rope_forward(k_.data(), d, rope.cos.data(), rope.sin.data(), b_, t_, h, hd);
-  cpu::attention_forward(att_.data(), d, probs_.data(), q_.data(), d, k_.data(), d, qkv + 2 * d, 3 * d, b_,
-                         t_, h, hd);
+  if (q_attn_)
+    q_attn_->forward(att_.data(), d, probs_.data(), q_.data(), k_.data(), qkv + 2 * d, 3 * d, {b_, t_, h, hd},
+                     *quant_ctx_);
+  else
+    cpu::attention_forward(att_.data(), d, probs_.data(), q_.data(), d, k_.data(), d, qkv + 2 * d, 3 * d, b_,
+                           t_, h, hd);
   out_->forward(att_.data(), y, n);
 }
 
@@ -50,9 +62,13 @@ void Attention::backward(const float* dy, float* dx, bool accumulate_dx, const R
   const float* qkv = qkv_out_.data();
   float* dqkv = ws.dqkv.data();
   out_->backward(dy, ws.datt.data(), n, false);
-  cpu::attention_backward(ws.dq.data(), d, ws.dk.data(), d, dqkv + 2 * d, 3 * d, ws.dprobs.data(),
-                          ws.datt.data(), d, probs_.data(), q_.data(), d, k_.data(), d, qkv + 2 * d, 3 * d,
-                          b_, t_, h, hd);
+  if (q_attn_)
+    q_attn_->backward(ws.dq.data(), ws.dk.data(), dqkv + 2 * d, 3 * d, ws.datt.data(), d, probs_.data(),
+                      qkv + 2 * d, 3 * d, {b_, t_, h, hd});
+  else
+    cpu::attention_backward(ws.dq.data(), d, ws.dk.data(), d, dqkv + 2 * d, 3 * d, ws.dprobs.data(),
+                            ws.datt.data(), d, probs_.data(), q_.data(), d, k_.data(), d, qkv + 2 * d, 3 * d,
+                            b_, t_, h, hd);
   cpu::rope_backward(ws.dq.data(), d, rope.cos.data(), rope.sin.data(), b_, t_, h, hd);
   cpu::rope_backward(ws.dk.data(), d, rope.cos.data(), rope.sin.data(), b_, t_, h, hd);
   cpu::rmsnorm_backward(dqkv, 3 * d, params_.grad(q_norm_).data(), ws.dq.data(), d, qkv, 3 * d,

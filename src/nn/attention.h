@@ -8,6 +8,7 @@
 #include "model/config.h"
 #include "nn/linear.h"
 #include "nn/parameters.h"
+#include "nn/q_attention.h"
 #include "nn/workspace.h"
 #include "recipe/recipe.h"
 #include "tensor/tensor.h"
@@ -35,6 +36,8 @@ class Attention {
   std::unique_ptr<Linear> qkv_;
   int q_norm_, k_norm_;
   std::unique_ptr<Linear> out_;
+  std::unique_ptr<QAttentionCpu> q_attn_;  // recipe attention.q_attn: the NVFP4 score products
+  const QuantContext* quant_ctx_;
   int b_ = 0, t_ = 0;
   // saved for the backward
   Tensor qkv_out_;          // [n][3d] raw q | k | v

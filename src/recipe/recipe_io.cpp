@@ -135,6 +135,13 @@ void set_out_control_field(OutControlConfig& c, const std::string& field, const 
   }
 }
 
+void set_attention_field(AttentionConfig& c, const std::string& field, const std::string& value,
+                         const std::string& where) {
+  FP4_CHECK(field == "q_attn", where, ": unknown key (expected q_attn)");
+  FP4_CHECK(value == "true" || value == "false", where, ": expected true or false, got '", value, "'");
+  c.q_attn = value == "true";
+}
+
 void set_rht_signs(Recipe& r, const std::string& v, const std::string& where) {
   FP4_CHECK(v == "fixed" || v == "per_call", where, ": expected 'fixed' or 'per_call', got '", v, "'");
   r.linear.rht_fresh_signs = v == "per_call";
@@ -227,9 +234,17 @@ Recipe parse_recipe(const std::string& text, const std::string& origin) {
         const std::string ow = origin + ": 'out_control." + std::string(ok.str()) + "'";
         set_out_control_field(r.out_control, std::string(ok.str()), node_text(onode, ow), ow);
       }
+    } else if (key == "attention") {
+      const toml::table* at = node.as_table();
+      FP4_CHECK(at, where, ": expected a table");
+      for (const auto& [ak, anode] : *at) {
+        const std::string aw = origin + ": 'attention." + std::string(ak.str()) + "'";
+        set_attention_field(r.attention, std::string(ak.str()), node_text(anode, aw), aw);
+      }
     } else {
       FP4_THROW(origin, ": unknown key '", key,
-                "' (expected name, description, optimizer, bf16_layers, linear, osci_reset, out_control)");
+                "' (expected name, description, optimizer, bf16_layers, linear, osci_reset, out_control, "
+                "attention)");
     }
   }
   FP4_CHECK(!r.name.empty(), origin, ": missing 'name'");
@@ -249,6 +264,7 @@ void apply_recipe_override(Recipe& r, const std::string& assignment) {
   else if (key == "linear.rht_signs") set_rht_signs(r, value, where);
   else if (key.rfind("osci_reset.", 0) == 0) set_osci_field(r.osci_reset, key.substr(11), value, where);
   else if (key.rfind("out_control.", 0) == 0) set_out_control_field(r.out_control, key.substr(12), value, where);
+  else if (key.rfind("attention.", 0) == 0) set_attention_field(r.attention, key.substr(10), value, where);
   else if (key.rfind("linear.", 0) == 0) {
     const std::string rest = key.substr(7);
     const auto dot = rest.find('.');
@@ -257,7 +273,7 @@ void apply_recipe_override(Recipe& r, const std::string& assignment) {
     set_spec_field(r.linear.q[op], rest.substr(dot + 1), value, where);
   } else {
     FP4_THROW(where, ": unknown key '", key, "' (expected name, optimizer, bf16_layers, linear.rht_signs, ",
-              "linear.q1..q6.<field>, osci_reset.<field>, out_control.<field>)");
+              "linear.q1..q6.<field>, osci_reset.<field>, out_control.<field>, attention.q_attn)");
   }
 }
 
@@ -374,6 +390,7 @@ std::string to_toml(const Recipe& r) {
     os << "\n[out_control]\nenabled = true\ncalib_start = " << c.calib_start << "\ncalib_steps = " << c.calib_steps
        << "\nratio = " << float_text(c.ratio) << "\nround_to = " << c.round_to << "\n";
   }
+  if (r.attention.q_attn) os << "\n[attention]\nq_attn = true\n";  // only when on, as above
   return os.str();
 }
 
