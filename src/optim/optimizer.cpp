@@ -9,8 +9,8 @@ namespace fp4 {
 
 IndexRange OptimizerPlacement::shard(int64_t numel) const {
   if (!comm) return IndexRange{0, numel};
-  FP4_CHECK(static_cast<int>(shards.size()) == comm->world_size(), "optimizer: ", shards.size(), " shards for ",
-            comm->world_size(), " ranks");
+  FP4_CHECK(static_cast<int>(shards.size()) == comm->world_size(), "optimizer: ", shards.size(),
+            " shards for ", comm->world_size(), " ranks");
   return shards[static_cast<size_t>(comm->rank())];
 }
 
@@ -18,7 +18,9 @@ bool is_known_optimizer(const std::string& name) {
   return name == "adamw" || name == "q-adamw" || name == "root" || name == "q-root";
 }
 
-std::string known_optimizers() { return "adamw, q-adamw, root, q-root"; }
+std::string known_optimizers() {
+  return "adamw, q-adamw, root, q-root";
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const ParameterSet& params,
                                           const OptimizerPlacement& place, uint64_t seed) {

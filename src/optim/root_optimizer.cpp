@@ -10,7 +10,9 @@ namespace fp4 {
 
 namespace {
 
-std::string optimizer_name(NsPrecision p) { return p == NsPrecision::kNvfp4 ? "q-root" : "root"; }
+std::string optimizer_name(NsPrecision p) {
+  return p == NsPrecision::kNvfp4 ? "q-root" : "root";
+}
 
 }  // namespace
 
@@ -19,9 +21,10 @@ RootOptimizer::RootOptimizer(const ParameterSet& params, const OptimizerPlacemen
     : opt_(opt), shard_{0, params.numel()} {
   opt_.precision = precision;
   const std::string me = "optimizer '" + optimizer_name(precision) + "'";
-  FP4_CHECK(!place.comm || place.comm->world_size() == 1, me, ": data parallelism (", place.comm->world_size(),
-            " ranks) is not supported: Newton-Schulz needs each matrix's whole gradient, and gradients are ",
-            "reduce-scattered to ZeRO-1 shards; run on one rank or set the recipe field optimizer = \"adamw\"");
+  FP4_CHECK(
+      !place.comm || place.comm->world_size() == 1, me, ": data parallelism (", place.comm->world_size(),
+      " ranks) is not supported: Newton-Schulz needs each matrix's whole gradient, and gradients are ",
+      "reduce-scattered to ZeRO-1 shards; run on one rank or set the recipe field optimizer = \"adamw\"");
   check_root_options(opt_, me);
   for (int i = 0; i < params.size(); ++i) {
     const Parameter& p = params.at(i);
@@ -37,12 +40,15 @@ RootOptimizer::RootOptimizer(const ParameterSet& params, const OptimizerPlacemen
   adam_ = std::make_unique<AdamWOptimizer>(adam_params_, OptimizerPlacement{});
 }
 
-std::string RootOptimizer::name() const { return optimizer_name(opt_.precision); }
+std::string RootOptimizer::name() const {
+  return optimizer_name(opt_.precision);
+}
 
 void RootOptimizer::check_layout(const ParameterSet& ps, const char* what) const {
-  FP4_CHECK(static_cast<size_t>(ps.size()) == root_index_.size() + adam_index_.size() && ps.numel() == shard_.end,
-            name(), " ", what, ": built for ", root_index_.size() + adam_index_.size(), " parameters (",
-            shard_.end, " elements), given ", ps.size(), " (", ps.numel(), ")");
+  FP4_CHECK(
+      static_cast<size_t>(ps.size()) == root_index_.size() + adam_index_.size() && ps.numel() == shard_.end,
+      name(), " ", what, ": built for ", root_index_.size() + adam_index_.size(), " parameters (", shard_.end,
+      " elements), given ", ps.size(), " (", ps.numel(), ")");
 }
 
 void RootOptimizer::step(ParameterSet& ps, const StepHyper& h) {
@@ -84,8 +90,9 @@ std::vector<StateTensor> RootOptimizer::save_state(const ParameterSet& ps) const
 
 void RootOptimizer::load_state(const StateIndex& index, const ParameterSet& ps) {
   check_layout(ps, "load_state");
-  FP4_CHECK(index.has(kRootStepName), "load_state: the state has no '", kRootStepName, "' (it was written by ",
-            index.has("qadamw.step") ? "q-adamw" : "another optimizer", "), but this run's optimizer is ", name(),
+  FP4_CHECK(index.has(kRootStepName), "load_state: the state has no '", kRootStepName,
+            "' (it was written by ", index.has("qadamw.step") ? "q-adamw" : "another optimizer",
+            "), but this run's optimizer is ", name(),
             " (recipe field 'optimizer'); resume with the optimizer that wrote it");
   // Check every tensor before changing anything.
   const StateTensor& step_t = index.require(kRootStepName, "I64", {1});

@@ -30,8 +30,8 @@ class RootOptimizer final : public Optimizer {
   // precision kFp32: "root"; kNvfp4: "q-root" (NVFP4 Newton-Schulz operands). `opt.precision` is
   // overwritten by `precision`. Throws fp4::Error when placed on more than one rank or when the options
   // are out of range.
-  RootOptimizer(const ParameterSet& params, const OptimizerPlacement& place, uint64_t seed, NsPrecision precision,
-                RootOptions opt = {});
+  RootOptimizer(const ParameterSet& params, const OptimizerPlacement& place, uint64_t seed,
+                NsPrecision precision, RootOptions opt = {});
 
   std::string name() const override;
   IndexRange shard() const override { return shard_; }
@@ -54,10 +54,10 @@ class RootOptimizer final : public Optimizer {
   RootOptions opt_;
   IndexRange shard_;
   int64_t step_ = 0;
-  std::vector<int> root_index_;   // ParameterSet index of each ROOT matrix
+  std::vector<int> root_index_;  // ParameterSet index of each ROOT matrix
   std::vector<RootMatrix> roots_;
-  std::vector<int> adam_index_;   // ParameterSet index of each AdamW parameter
-  ParameterSet adam_params_;      // copies of the AdamW parameters (values and gradients) for AdamW's step
+  std::vector<int> adam_index_;  // ParameterSet index of each AdamW parameter
+  ParameterSet adam_params_;     // copies of the AdamW parameters (values and gradients) for AdamW's step
   std::unique_ptr<AdamWOptimizer> adam_;
   std::vector<RootStepInfo> last_info_;
 };

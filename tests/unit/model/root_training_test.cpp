@@ -90,7 +90,8 @@ TEST_P(RootTraining, TinyLossDecreases) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, RootTraining,
-                         ::testing::Values("optimizer=root", "optimizer=q-root", "tetrajet-v2-qroot"), test_name);
+                         ::testing::Values("optimizer=root", "optimizer=q-root", "tetrajet-v2-qroot"),
+                         test_name);
 
 class RootEngine : public ::testing::TestWithParam<const char*> {};
 

@@ -53,7 +53,8 @@ void new_grads(ParameterSet& ps, std::mt19937_64& rng) {
 // What an engine saves: the parameter values (AdamW's state check reads them too) and the optimizer's.
 std::vector<StateTensor> engine_state(const Optimizer& opt, const ParameterSet& ps) {
   std::vector<StateTensor> out;
-  for (int i = 0; i < ps.size(); ++i) out.push_back(f32_state_tensor(ps.at(i).info.name, ps.at(i).info.shape, ps.value(i)));
+  for (int i = 0; i < ps.size(); ++i)
+    out.push_back(f32_state_tensor(ps.at(i).info.name, ps.at(i).info.shape, ps.value(i)));
   for (auto& t : opt.save_state(ps)) out.push_back(std::move(t));
   return out;
 }
@@ -70,14 +71,16 @@ TEST(RootOptimizer, RoutingFollowsRootEligible) {
   const ParameterSet ps = make_params(rng);
   RootOptimizer opt(ps, {}, 1, NsPrecision::kFp32);
   std::vector<std::string> want_root, want_adam;
-  for (int i = 0; i < ps.size(); ++i) (root_eligible(ps.at(i).info) ? want_root : want_adam).push_back(ps.at(i).info.name);
+  for (int i = 0; i < ps.size(); ++i)
+    (root_eligible(ps.at(i).info) ? want_root : want_adam).push_back(ps.at(i).info.name);
   EXPECT_EQ(opt.root_parameters(), want_root);
   EXPECT_EQ(opt.adamw_parameters(), want_adam);
   EXPECT_EQ(opt.root_parameters(),
             (std::vector<std::string>{"blocks.0.attn.wqkv", "blocks.0.mlp.w_down", "blocks.0.nodecay"}));
   // ROOT keeps one FP32 moment, AdamW two, for exactly their own parameters.
   int64_t root_n = 0, adam_n = 0;
-  for (int i = 0; i < ps.size(); ++i) (root_eligible(ps.at(i).info) ? root_n : adam_n) += ps.at(i).info.numel();
+  for (int i = 0; i < ps.size(); ++i)
+    (root_eligible(ps.at(i).info) ? root_n : adam_n) += ps.at(i).info.numel();
   EXPECT_EQ(opt.state_bytes(), 4 * root_n + 8 * adam_n);
   EXPECT_EQ(opt.name(), "root");
   EXPECT_EQ(RootOptimizer(ps, {}, 1, NsPrecision::kNvfp4).name(), "q-root");
@@ -108,7 +111,8 @@ TEST(RootOptimizer, StepsMatchRootStepAndAdamW) {
         const auto& info = ref.at(i).info;
         if (!root_eligible(info)) continue;
         auto w = ref.value(i);
-        std::copy(before.begin() + ref.at(i).offset, before.begin() + ref.at(i).offset + info.numel(), w.begin());
+        std::copy(before.begin() + ref.at(i).offset, before.begin() + ref.at(i).offset + info.numel(),
+                  w.begin());
         root_step(w, ref.grad(i), moms[static_cast<size_t>(i)], info.shape[0], info.shape[1], hyper().lr,
                   info.weight_decay ? hyper().weight_decay : 0.0f, ro, info.name);
       }
