@@ -83,10 +83,10 @@ class CudaEngine final : public TrainingEngine, public GradientProbe, public Gra
  public:
   CudaEngine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed, int device)
       : device_(select_device(device)), cfg_(cfg), uploader_(stream_.get()), sums_(2) {
-    // Q-AdamW's device kernels are not written yet: its packed state lives on the CPU engine only.
+    // The other optimizers' device kernels are not written yet: they run on the CPU engine only.
     FP4_CHECK(recipe.optimizer == "adamw", "recipe ", recipe.name, ": optimizer = \"", recipe.optimizer,
-              "\" is not available in the CUDA engine (adamw only; q-adamw runs on the CPU engine: device = ",
-              "\"cpu\", or set the recipe field optimizer = \"adamw\")");
+              "\" is not available in the CUDA engine (adamw only; q-adamw, root and q-root run on the CPU engine: ",
+              "device = \"cpu\", or set the recipe field optimizer = \"adamw\")");
     FP4_CHECK(!recipe.out_control.enabled, "recipe ", recipe.name, ": out_control (OutControl's outlier ",
               "channels) runs on the CPU engine only so far; use the cpu device or set out_control.enabled=false");
     FP4_CHECK(!recipe.attention.q_attn, "recipe ", recipe.name, ": attention.q_attn (NVFP4 attention) runs on ",
