@@ -11,6 +11,7 @@
 
 #include "../optim/thread_comm.h"
 #include "core/error.h"
+#include "engine_training_util.h"
 #include "dist/shard_plan.h"
 #include "model/cpu_engine.h"
 #include "recipe/recipe_io.h"
@@ -20,58 +21,23 @@ namespace {
 
 using ::testing::HasSubstr;
 
-uint32_t fresh_seed() {
-  const uint32_t s = std::random_device{}();
-  std::cout << "[ seed " << s << " ]\n";
-  return s;
-}
-
-Batch random_batch(const ModelConfig& cfg, int b, int t, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> tok(0, cfg.vocab_real - 1);
-  Batch batch{b, t, {}, {}};
-  for (int i = 0; i < b * t; ++i) {
-    batch.tokens.push_back(tok(rng));
-    batch.targets.push_back(tok(rng));
-  }
-  return batch;
-}
-
-std::vector<float> all_parameters(const TrainingEngine& e) {
-  std::vector<float> out;
-  for (const auto& p : e.parameters()) {
-    std::vector<float> v(static_cast<size_t>(p.numel()));
-    e.read_parameter(p.name, v);
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
-
-double train(TrainingEngine& e, const Batch& batch, int steps, double* first) {
-  StepHyper h;
-  h.lr = 3e-3f;
-  double last = 0;
-  for (int s = 0; s < steps; ++s) {
-    const StepStats st = e.train_step({&batch, 1}, h);
-    EXPECT_TRUE(std::isfinite(st.loss)) << "step " << s;
-    if (s == 0 && first) *first = st.loss;
-    last = st.loss;
-  }
-  return last;
-}
+using testing::all_parameters;
+using testing::logged_seed;
+using testing::random_token_batch;
+using testing::train_on;
 
 class QAdamWTraining : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(QAdamWTraining, TinyLossDecreases) {
-  const uint32_t seed = fresh_seed();
+  const uint32_t seed = logged_seed();
   const ModelConfig cfg = model_preset("tiny");
   const std::string name = GetParam();
   const Recipe recipe = name == "bf16" ? load_recipe("bf16", {"optimizer=q-adamw"}) : load_recipe(name);
   ASSERT_EQ(recipe.optimizer, "q-adamw");
   auto engine = make_cpu_engine(cfg, recipe, seed);
-  const Batch batch = random_batch(cfg, 4, 64, seed);
+  const Batch batch = random_token_batch(cfg, 4, 64, seed);
   double first = 0;
-  const double last = train(*engine, batch, 30, &first);
+  const double last = train_on(*engine, batch, 30, &first);
   std::cout << name << " + q-adamw: loss " << first << " -> " << last << "\n";
   EXPECT_LT(last, first - 1.0);
 }
@@ -85,18 +51,18 @@ INSTANTIATE_TEST_SUITE_P(Recipes, QAdamWTraining, ::testing::Values("bf16", "tet
                          });
 
 TEST(QAdamWEngine, ResumesBitForBit) {
-  const uint32_t seed = fresh_seed();
+  const uint32_t seed = logged_seed();
   const ModelConfig cfg = model_preset("tiny");
   const Recipe recipe = load_recipe("bf16", {"optimizer=q-adamw"});
-  const Batch batch = random_batch(cfg, 2, 32, seed), next = random_batch(cfg, 2, 32, seed + 1);
+  const Batch batch = random_token_batch(cfg, 2, 32, seed), next = random_token_batch(cfg, 2, 32, seed + 1);
   auto a = make_cpu_engine(cfg, recipe, seed);
-  train(*a, batch, 3, nullptr);
+  train_on(*a, batch, 3, nullptr);
   const auto state = a->save_state();
   auto b = make_cpu_engine(cfg, recipe, seed + 7);  // other weights and SR seed until the load
   b->load_state(state);
   EXPECT_EQ(all_parameters(*a), all_parameters(*b));
   for (int s = 0; s < 3; ++s) {
-    const double la = train(*a, next, 1, nullptr), lb = train(*b, next, 1, nullptr);
+    const double la = train_on(*a, next, 1, nullptr), lb = train_on(*b, next, 1, nullptr);
     EXPECT_EQ(la, lb) << "step " << s;
   }
   EXPECT_EQ(all_parameters(*a), all_parameters(*b));
@@ -116,12 +82,12 @@ TEST(QAdamWEngine, ResumesBitForBit) {
 // Two ZeRO-1 ranks (shard plan aligned to 128) fed the same batch sum to one rank's gradient exactly, so
 // the sharded Q-AdamW state must give one rank's parameters bit for bit.
 TEST(QAdamWEngine, DataParallelRanksMatchOneRank) {
-  const uint32_t seed = fresh_seed();
+  const uint32_t seed = logged_seed();
   const ModelConfig cfg = model_preset("tiny");
   const Recipe recipe = load_recipe("bf16", {"optimizer=q-adamw"});
-  const Batch batch = random_batch(cfg, 2, 32, seed);
+  const Batch batch = random_token_batch(cfg, 2, 32, seed);
   auto one = make_cpu_engine(cfg, recipe, seed);
-  train(*one, batch, 3, nullptr);
+  train_on(*one, batch, 3, nullptr);
   std::vector<float> rank0;
   std::string failure;
   std::mutex mu;
@@ -132,7 +98,7 @@ TEST(QAdamWEngine, DataParallelRanksMatchOneRank) {
       DataParallel dp{&comm, {}};
       for (const auto& r : plan.ranks) dp.shards.push_back({r.begin, r.end});
       e->set_data_parallel(dp);
-      train(*e, batch, 3, nullptr);
+      train_on(*e, batch, 3, nullptr);
       if (comm.rank() == 0) rank0 = all_parameters(*e);
     } catch (const Error& err) {
       const std::lock_guard<std::mutex> lock(mu);
