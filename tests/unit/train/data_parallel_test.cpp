@@ -156,7 +156,7 @@ TEST_F(DataParallelTest, CheckpointOfTwoRanksResumesOnThreeAndOnOne) {
 // weights do reset. Checked: the ranks hold the same weights bit for bit right after a reset (the run
 // ends on one, before any all-gather could hide a difference), which are the checkpoint's; the resets
 // happen at the same steps and on about the same elements as in one process; a 2-rank run stopped
-// mid-window resumes on 2 ranks bit for bit, and on 3 ranks and in one process within float noise.
+// mid-window resumes on 2 ranks bit for bit, and on 3 ranks and in one process within 2e-3 (see below).
 TEST_F(DataParallelTest, OsciResetRunsOnEveryRankAndResumesOnOtherRankCounts) {
   const auto osci = [this](const std::string& run, int64_t steps) {
     RunConfig c = config(run, steps);
@@ -191,7 +191,10 @@ TEST_F(DataParallelTest, OsciResetRunsOnEveryRankAndResumesOnOtherRankCounts) {
     const std::vector<float> w = all_weights(reloaded.engine());
     EXPECT_TRUE(std::string(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(float)) == w0);
   }
-  expect_same_curve(one.train.out_dir, two.train.out_dir, 9, 1e-4);
+  // Another summation order moves weights by ~1e-7, enough to flip a borderline element across the reset
+  // threshold of 1: after the first reset the curves agree to ~3e-4, not to float noise (seen in CI).
+  constexpr double kAfterResets = 2e-3;
+  expect_same_curve(one.train.out_dir, two.train.out_dir, 9, kAfterResets);
   const auto ea = records(one.train.out_dir, "osci_reset"), eb = records(two.train.out_dir, "osci_reset");
   ASSERT_EQ(ea.size(), 2u);
   ASSERT_EQ(eb.size(), 2u);
@@ -216,7 +219,7 @@ TEST_F(DataParallelTest, OsciResetRunsOnEveryRankAndResumesOnOtherRankCounts) {
       EXPECT_EQ(sha256_file(tmp_ / name / "checkpoints/step_000009/model.safetensors"),
                 sha256_file(tmp_ / "two/checkpoints/step_000009/model.safetensors"));
     } else {
-      expect_same_curve(two.train.out_dir, tmp_ / name, 9, 1e-4);
+      expect_same_curve(two.train.out_dir, tmp_ / name, 9, kAfterResets);
     }
   }
 }
