@@ -8,9 +8,13 @@
 #include <cstdint>
 #include <iostream>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "model/cpu_engine.h"
 #include "model/engine.h"
+#include "recipe/recipe.h"
 
 namespace fp4::testing {
 
@@ -53,6 +57,18 @@ inline double train_on(TrainingEngine& e, const Batch& batch, int steps, double*
     last = st.loss;
   }
   return last;
+}
+
+// The CPU engine refuses a recipe whose optimizer is `name`, naming it.
+inline void expect_engine_refuses_optimizer(const std::string& name) {
+  Recipe r;
+  r.optimizer = name;
+  try {
+    make_cpu_engine(model_preset("tiny"), r, 1);
+    ADD_FAILURE() << "the CPU engine took optimizer '" << name << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer '" + name + "'"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace fp4::testing

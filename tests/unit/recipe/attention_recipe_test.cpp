@@ -6,19 +6,12 @@
 
 #include "core/error.h"
 #include "recipe/recipe_io.h"
+#include "recipe_test_util.h"
 
 namespace fp4 {
 namespace {
 
-template <typename F>
-void expect_error(F&& f, const std::string& part) {
-  try {
-    f();
-    FAIL() << "no error (expected one mentioning '" << part << "')";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 TEST(AttentionRecipe, OffByDefaultAndAbsentFromTheText) {
   for (const char* name : {"bf16", "nvidia-nvfp4", "tetrajet-v2-base"}) {
