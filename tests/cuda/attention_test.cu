@@ -16,6 +16,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -424,6 +425,121 @@ TEST(AttentionWgmma, DefaultOnHopperAndEnvironmentFallback) {
     const Reference ref = reference_attention(in);
     DeviceProblem dev(in, Layout{});
     expect_matches(dev.run(public_launchers()), ref);
+  }
+}
+
+// ---- pipelined wgmma backward (attention_bwd_wgmma_pipe.cuh) ----
+
+// The backward configurations of one kind for head size D: the pipelined wgmma kernel (the default on
+// Hopper), the first wgmma kernel (FP4_ATTENTION_BWD=wgmma1) and the first mma.sync kernel.
+struct BwdKinds {
+  const attn::BwdVariant* pipe = nullptr;
+  const attn::BwdVariant* wgmma1 = nullptr;
+  const attn::BwdVariant* mma = nullptr;
+};
+
+BwdKinds backward_kinds(int D) {
+  BwdKinds k;
+  for (const attn::BwdVariant& v : attn::backward_variants()) {
+    if (v.head_dim != D) continue;
+    const bool is_wgmma1 = v.select != nullptr && std::strcmp(v.select, "wgmma1") == 0;
+    if (v.wgmma && !is_wgmma1 && k.pipe == nullptr) k.pipe = &v;
+    if (is_wgmma1 && k.wgmma1 == nullptr) k.wgmma1 = &v;
+    if (!v.wgmma && k.mma == nullptr) k.mma = &v;
+  }
+  return k;
+}
+
+double rel_diff(const std::vector<float>& got, const std::vector<float>& want) {
+  return rel_error(got, std::vector<double>(want.begin(), want.end()));
+}
+
+// Elements of two results that are not bit-identical.
+int64_t bit_mismatches(const std::vector<float>& a, const std::vector<float>& b) {
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
+}
+
+// The pipelined backward on the shapes that stress its schedule: 128-key CTAs (one or two warpgroups with
+// keys past T), the diagonal step that warpgroup 1 skips, 3-stage query tiles and two dS^T buffers (T from 1
+// to several hundred steps' worth: 1, 2, 3, 4 and more query tiles per CTA), T < 64, T a multiple of 64 but
+// not of 128, T not a multiple of 64, several B and H, padded layouts, large scores. Each result is compared
+// with the double reference, with the first wgmma kernel and with the mma.sync kernel (the same products
+// summed in another order), and run twice: dK and dV (no atomics) must repeat bit for bit, which a race on a
+// stage or a dS^T buffer would break.
+TEST(AttentionWgmmaPipe, BackwardMatchesReferenceOlderKernelsAndRepeats) {
+  if (!attn::device_has_wgmma()) GTEST_SKIP() << "no sm_90 device";
+  struct PipeCase {
+    Case c;
+    float qk_std;
+  };
+  for (const int D : {64, 128}) {
+    const BwdKinds kinds = backward_kinds(D);
+    ASSERT_NE(kinds.pipe, nullptr) << "D=" << D;
+    ASSERT_NE(kinds.wgmma1, nullptr) << "D=" << D;
+    ASSERT_NE(kinds.mma, nullptr) << "D=" << D;
+    const attn::FwdVariant& fv = attn::default_forward_variant(D);
+    for (const PipeCase pc :
+         {PipeCase{{{1, 1, 1, D}, {}}, 1.f}, PipeCase{{{3, 5, 2, D}, {8, 8, 8}}, 1.f}, PipeCase{{{2, 40, 3, D}, {}}, 1.f},
+          PipeCase{{{1, 63, 1, D}, {}}, 1.f}, PipeCase{{{2, 64, 2, D}, {}}, 1.f}, PipeCase{{{1, 65, 1, D}, {0, 8, 16}}, 1.f},
+          PipeCase{{{2, 100, 3, D}, {}}, 1.f}, PipeCase{{{1, 127, 2, D}, {}}, 1.f}, PipeCase{{{1, 129, 1, D}, {}}, 1.f},
+          PipeCase{{{2, 192, 2, D}, {8, 0, 0}}, 1.f}, PipeCase{{{1, 200, 1, D}, {}}, 4.f},
+          PipeCase{{{2, 320, 2, D}, {}}, 1.f}, PipeCase{{{1, 449, 3, D}, {}}, 1.f}, PipeCase{{{1, 700, 2, D}, {}}, 4.f},
+          PipeCase{{{1, 1201, 1, D}, {}}, 1.f}}) {
+      const Case& c = pc.c;
+      const uint32_t seed = 9300u + static_cast<uint32_t>(c.s.T * 11 + c.s.B * 7 + c.s.H * 5 + D);
+      SCOPED_TRACE(describe(c.s) + " qk_std=" + std::to_string(pc.qk_std) + " seed=" + std::to_string(seed));
+      const Inputs in = make_inputs(c.s, seed, pc.qk_std);
+      const Reference ref = reference_attention(in);
+      DeviceProblem dev(in, c.lay);
+      const GpuResult fast = dev.run(variant_launchers(fv, *kinds.pipe));
+      expect_matches(fast, ref);
+      const GpuResult again = dev.run(variant_launchers(fv, *kinds.pipe));
+      EXPECT_EQ(bit_mismatches(fast.dk, again.dk), 0) << "dk differs between two runs";
+      EXPECT_EQ(bit_mismatches(fast.dv, again.dv), 0) << "dv differs between two runs";
+      EXPECT_LT(rel_diff(fast.dq, again.dq), 1e-3) << "dq differs between two runs beyond atomic reordering";
+      for (const attn::BwdVariant* older : {kinds.wgmma1, kinds.mma}) {
+        SCOPED_TRACE(older->name);
+        const GpuResult slow = dev.run(variant_launchers(fv, *older));
+        EXPECT_LT(rel_diff(fast.dk, slow.dk), 5e-3) << "dk";
+        EXPECT_LT(rel_diff(fast.dv, slow.dv), 5e-3) << "dv";
+        EXPECT_LT(rel_diff(fast.dq, slow.dq), 5e-3) << "dq";
+      }
+    }
+  }
+}
+
+// FP4_ATTENTION_BWD selects: unset -> the pipelined kernel, wgmma1 -> the first wgmma kernel, mma -> the
+// mma.sync kernel (each checked through the entry point against a direct launch), anything else throws.
+TEST(AttentionWgmmaPipe, EnvironmentSelectsTheKernel) {
+  if (!attn::device_has_wgmma()) GTEST_SKIP() << "no sm_90 device";
+  for (const int D : {64, 128}) {
+    SCOPED_TRACE("D=" + std::to_string(D));
+    const BwdKinds kinds = backward_kinds(D);
+    ASSERT_NE(kinds.pipe, nullptr);
+    ASSERT_NE(kinds.wgmma1, nullptr);
+    EXPECT_EQ(&attn::default_backward_variant(D), kinds.pipe);
+    const Shape s{1, 333, 2, D};
+    const Inputs in = make_inputs(s, 9900u + static_cast<uint32_t>(D), 1.f);
+    DeviceProblem dev(in, Layout{});
+    const attn::FwdVariant& fv = attn::default_forward_variant(D);
+    for (const auto& [value, want] : {std::pair<const char*, const attn::BwdVariant*>{"wgmma1", kinds.wgmma1},
+                                      std::pair<const char*, const attn::BwdVariant*>{"mma", kinds.mma}}) {
+      SCOPED_TRACE(value);
+      ASSERT_EQ(setenv("FP4_ATTENTION_BWD", value, 1), 0);
+      EXPECT_EQ(&attn::default_backward_variant(D), want);
+      const GpuResult via_entry = dev.run(public_launchers());
+      ASSERT_EQ(unsetenv("FP4_ATTENTION_BWD"), 0);
+      const GpuResult direct = dev.run(variant_launchers(fv, *want));
+      // dK and dV carry no atomics: the entry point ran exactly the selected kernel.
+      EXPECT_EQ(bit_mismatches(via_entry.dk, direct.dk), 0);
+      EXPECT_EQ(bit_mismatches(via_entry.dv, direct.dv), 0);
+    }
+    ASSERT_EQ(setenv("FP4_ATTENTION_BWD", "wgmma9", 1), 0);
+    EXPECT_THROW(attn::default_backward_variant(D), Error);
+    ASSERT_EQ(unsetenv("FP4_ATTENTION_BWD"), 0);
+    EXPECT_EQ(&attn::default_backward_variant(D), kinds.pipe);
   }
 }
 
