@@ -1,18 +1,20 @@
 // Pipelined backward of the fused causal attention on Hopper warpgroup MMA (sm_90a), templated on the head
-// size kD: the schedule of attention_bwd_wgmma.cuh (one CTA of two warpgroups per 128-key tile, 64-query
-// steps, dV += P^T dO and dK += dS^T Q in registers, dQ = dS K from a shared dS^T tile) rearranged so the
-// tensor cores queue work back to back:
-//  - every wgmma chain is straight-line code whose registers no other instruction touches between issue and
-//    wait (no C7519 "warpgroup.arrive injected" from ptxas): dQ always runs all 8 key steps, the rows of a
-//    warpgroup that sees no query of the step are zeros; dS^T goes to shared memory before the dK product
-//    that reads the same registers is issued;
-//  - dS^T is double-buffered, so the dQ product of step i may still run while step i+1 starts;
-//  - for D = 64 (kDeferDq) the dQ product is waited for one step later: its float2 atomics go out while
-//    the tensor cores compute the next step's S^T and dP^T. D = 128 has no registers for that (dK and dV
-//    take 128 per thread) and adds dQ into the accumulator in the step that computed it.
-// Per step, each warpgroup on its 64 keys (rows):
-//   S^T = K Q^T, dP^T = V dO^T; P^T, dS^T in FP32 (wg_probs, wg_dscores); dV += P^T dO; dS^T (BF16) to
-//   shared memory; dK += dS^T Q; barrier; dQ[:, wg half of the head dims] = dS K over all 128 keys.
+// size kD: the products and numerics of attention_bwd_wgmma.cuh (one CTA of two warpgroups per 128-key
+// tile, 64-query steps; per step and warpgroup, keys as rows: S^T = K Q^T, dP^T = V dO^T, P^T and dS^T in
+// FP32 (wg_probs, wg_dscores), dV += P^T dO and dK += dS^T Q in registers; then dQ[:, half wg of the head
+// dims] = dS K over all 128 keys from a shared dS^T tile, added into the FP32 accumulator with atomics),
+// rearranged so the tensor cores get work queued back to back:
+//  - no wgmma chain is serialized by ptxas (no C7519/C751x notes): chains are straight-line code whose
+//    registers nothing else touches between issue and retiring wait; dQ always runs all 8 key steps (rows
+//    of a warpgroup that sees no query of the step are zeros); dS^T goes to shared memory before the dK
+//    product reading the same registers is issued; groups in flight across the loop's back edge are retired
+//    by wait<0> only (ptxas does not follow partial waits across it);
+//  - one CTA barrier per step: three query stages (tile i in use, i+1 landed, i+2 loading) and two dS^T
+//    buffers let that barrier cover both "dS^T complete" and "next tile landed";
+//  - after the barrier the next step's S^T, this step's dQ and the next step's dP^T are queued together;
+//    for D = 64 (kOverlapDq) the dQ atomics and the next step's exponentials run while dP^T computes.
+//    D = 128 has no registers for that (dK and dV take 128 per thread): it waits for dQ, adds it, then
+//    queues the next S^T and dP^T.
 // Q-Attn hook (RECIPES.md 8.4): dS is quantized where wg_dscores ends (dsa feeds both the dS^T tile of the
 // dQ product and the dK product); Q and K arrive already quantized, as for the mma.sync kernel.
 #pragma once
@@ -23,6 +25,7 @@
 #include <cstdint>
 
 #include "ops/cuda/attention_bwd.cuh"
+#include "ops/cuda/attention_bwd_prep.cuh"
 #include "ops/cuda/attention_bwd_wgmma.cuh"
 #include "ops/cuda/attention_swizzle.cuh"
 #include "ops/cuda/attention_variants.cuh"
@@ -149,10 +152,9 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_pipe_kernel(const 
   const int wkey0 = wg_key0 + 16 * wwarp;  // this warp's first key
   FragA kf[Tile::kKvInRegs ? kD / 16 : 1], vf[Tile::kKvInRegs ? kD / 16 : 1];
 
-  // S^T = K Q^T and dP^T = V dO^T of the query tile in stage st, one commit group each.
-  auto issue_scores = [&](FragC(&s)[kBlockM / 8], FragC(&dp)[kBlockM / 8], int st) {
+  // S^T = K Q^T (issue_s) and dP^T = V dO^T (issue_dp) of the query tile in stage st, one commit group each.
+  auto issue_s = [&](FragC(&s)[kBlockM / 8], int st) {
     forget(s);
-    forget(dp);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
@@ -163,6 +165,10 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_pipe_kernel(const 
       }
     }
     wgmma_commit();
+  };
+  auto issue_dp = [&](FragC(&dp)[kBlockM / 8], int st) {
+    forget(dp);
+    wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
       if constexpr (Tile::kKvInRegs) {
@@ -198,23 +204,37 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_pipe_kernel(const 
     zero(dk[j]);
     zero(dv[j]);
   }
-  // S^T and dP^T of the current step: issued by the previous step (or here), in flight at the loop top.
+  // P^T (kOverlapDq: already exponentiated) and dP^T (in flight) of the current step at the loop top.
   FragC s[kBlockM / 8], dp[kBlockM / 8];
   // Warpgroup-uniform; false only for warpgroup 1 on the diagonal step.
   auto sees_queries = [&](int q0) { return !Tile::kSkipMasked || wg_key0 <= q0 + kBlockM - 1; };
-  if (sees_queries(first_tile * kBlockM)) issue_scores(s, dp, 0);
+  // s (S^T of the query tile at q0, stage st) becomes P^T in place.
+  auto probs = [&](int q0, int st) {
+    const bool mask = q0 < wkey0 + 15 || q0 + kBlockM > p.T;
+    wg_probs<kBlockM>(s, s_lse + st * kBlockM, wkey0, q0, p.T, mask, p.scale_log2, lane);
+  };
+  if (sees_queries(first_tile * kBlockM)) {
+    issue_s(s, 0);
+    issue_dp(dp, 0);
+    if constexpr (Tile::kOverlapDq) {
+      wgmma_wait<1>();
+      fence_accumulators(s);
+      probs(first_tile * kBlockM, 0);
+    }
+  }
 
   int st = 0;  // stage of query tile i; tile i+1 sits in st+1, tile i+2 loads into st+2 (mod 3)
   for (int i = first_tile; i < n_q_tiles; ++i) {
     const int st_next = st == 2 ? 0 : st + 1, st_load = st_next == 2 ? 0 : st_next + 1;
     const int q0 = i * kBlockM;
     const uint32_t ds_tile = base + Tile::kOffDs + ((i - first_tile) & 1) * Tile::kDsBytes;
-    wgmma_wait<0>();  // S^T, dP^T of this step (and everything older)
+    // dP^T (and S^T) of this step. Only wait<0> may retire a group issued before the loop's back edge:
+    // ptxas does not follow partial waits across it and would serialize every wgmma.
+    wgmma_wait<0>();
     if (sees_queries(q0)) {
       fence_accumulators(s);
       fence_accumulators(dp);
-      const bool mask = q0 < wkey0 + 15 || q0 + kBlockM > p.T;
-      wg_probs<kBlockM>(s, s_lse + st * kBlockM, wkey0, q0, p.T, mask, p.scale_log2, lane);
+      if constexpr (!Tile::kOverlapDq) probs(q0, st);
       wg_dscores<kBlockM>(dp, s, s_delta + st * kBlockM, lane);
       FragA pa[kBlockM / 16], dsa[kBlockM / 16];
 #pragma unroll
@@ -245,26 +265,36 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_pipe_kernel(const 
     if (i + 2 < n_q_tiles) load_query_tile(i + 2, st_load);
     cp_async_commit();
 
-    // dQ tile = dS K over all 128 keys; warpgroup wg takes head dims wg*kD/2 .. +kD/2-1.
+    // dQ tile = dS K over all 128 keys; warpgroup wg takes head dims wg*kD/2 .. +kD/2-1. The next step's
+    // S^T and dP^T are issued around it unconditionally: after the last step they read a stale stage and
+    // are discarded (a conditional issue would serialize the chains).
     FragC dq[kD / 16];
-    wgmma_fence();
+    auto issue_dq = [&] {
+      wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < kBlockN / 16; ++ks)
-      wgmma_ss<1, 1>(dq, desc_mn_major<kBlockN>(ds_tile, 0, ks), desc_mn_major<kBlockN>(s_k, wg * (kD / 2), ks),
-                     ks > 0);
-    wgmma_commit();
+      for (int ks = 0; ks < kBlockN / 16; ++ks)
+        wgmma_ss<1, 1>(dq, desc_mn_major<kBlockN>(ds_tile, 0, ks), desc_mn_major<kBlockN>(s_k, wg * (kD / 2), ks),
+                       ks > 0);
+      wgmma_commit();
+    };
     if constexpr (Tile::kOverlapDq) {
-      // The next step's products queue behind dQ; its atomics go out while they run. On the last step
-      // they read a stale stage and are discarded: a conditional issue would serialize the chain.
-      issue_scores(s, dp, st_next);
-      wgmma_wait<2>();  // dV/dK and dQ of this step
+      // Queue: [dV/dK] S^T(i+1), dQ(i), dP^T(i+1). The dQ atomics and the exponentials of step i+1 run
+      // while the tensor cores compute dP^T(i+1).
+      issue_s(s, st_next);
+      issue_dq();
+      issue_dp(dp, st_next);
+      wgmma_wait<1>();
       fence_accumulators(dq);
       wg_add_dq<kD>(dq_accum, dq, q0, p.T, wg, wwarp, lane);
+      fence_accumulators(s);
+      probs(q0 + kBlockM, st_next);
     } else {
+      issue_dq();
       wgmma_wait<0>();
       fence_accumulators(dq);
       wg_add_dq<kD>(dq_accum, dq, q0, p.T, wg, wwarp, lane);
-      issue_scores(s, dp, st_next);  // discarded after the last step, as above
+      issue_s(s, st_next);
+      issue_dp(dp, st_next);
     }
     st = st_next;
   }
@@ -293,8 +323,8 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_pipe_kernel(const 
 #endif
 }
 
-// The whole backward with the pipelined wgmma main kernel: zero dq_accum, Delta, main kernel, dq conversion.
-// Throws fp4::Error on a device other than sm_90.
+// The whole backward with the pipelined wgmma main kernel: Delta and zeroed dq_accum (one kernel), main
+// kernel, dq conversion. Throws fp4::Error on a device other than sm_90.
 template <int kD>
 void launch_attention_backward_wgmma_pipe(const BwdArgs& a, cudaStream_t stream) {
   using Tile = WgPipeTile<kD>;
@@ -302,12 +332,11 @@ void launch_attention_backward_wgmma_pipe(const BwdArgs& a, cudaStream_t stream)
   const BwdParams& p = a.p;
   const int64_t rows = static_cast<int64_t>(p.B) * p.T * p.H;
   constexpr int kBlock = 256;
-  FP4_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, bwd_dq_accum_bytes(p.B, p.T, p.H, kD), stream));
-
   const int64_t row_threads = rows * (kD / 8);
   const unsigned row_blocks = static_cast<unsigned>((row_threads + kBlock - 1) / kBlock);
-  attention_bwd_delta_kernel<kD><<<row_blocks, kBlock, 0, stream>>>(a.out, p.dout, p.ld_out, a.delta, p.B, p.T, p.H);
-  FP4_CUDA_CHECK_LAUNCH("attention_bwd_delta_kernel");
+  attention_bwd_prep_kernel<kD>
+      <<<row_blocks, kBlock, 0, stream>>>(a.out, p.dout, p.ld_out, a.delta, p.dq_accum, p.B, p.T, p.H);
+  FP4_CUDA_CHECK_LAUNCH("attention_bwd_prep_kernel");
 
   const auto kernel = attention_bwd_wgmma_pipe_kernel<kD>;
   FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
