@@ -1,7 +1,8 @@
 // Benchmark of the fused causal attention (ops/cuda/attention_cuda.h) in the engine's layout (fused QKV
 // [B*T][3*H*D], out/dO [B*T][H*D], fused dQKV): forward, backward and forward+backward times (CUDA events,
 // warm-up, median of 20) and TFLOP/s with the causal count (forward 2*2*B*H*T*T*D/2, backward 2.5x that),
-// for the entry points and for every compiled tile configuration. Compare with bench/attention_sdpa.py.
+// for the entry points (also with FP4_ATTENTION_FWD=mma: the mma.sync forward instead of the wgmma one on
+// Hopper) and for every compiled tile configuration. Compare with bench/attention_sdpa.py.
 // Usage: attention_bench [--reps N]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -127,13 +128,18 @@ void bench_shape(const Shape& s, int reps) {
                                   nullptr);
   };
   report("fp4train attention (entry points)", s, time_pair(fwd_public, bwd_public, reps));
+  // The forward before the wgmma kernel: the same entry points with the mma.sync forward selected.
+  setenv("FP4_ATTENTION_FWD", "mma", 1);
+  report("  with FP4_ATTENTION_FWD=mma", s, time_pair(fwd_public, bwd_public, reps));
+  unsetenv("FP4_ATTENTION_FWD");
 
   const attn::FwdParams fp{q, k, v, ld, buf.out.data(), buf.hd, buf.lse.data(), s.B, s.T, s.H, scale * attn::kLog2e};
   const attn::BwdArgs ba = attn::make_bwd_args(q, k, v, ld, buf.out.data(), buf.dout.data(), buf.hd, buf.lse.data(), dq,
                                                dq + buf.hd, dq + 2 * buf.hd, ld, s.B, s.T, s.H, s.D, scale,
                                                buf.ws.data());
+  const bool wgmma_ok = attn::device_has_wgmma();
   for (const attn::FwdVariant& fv : attn::forward_variants()) {
-    if (fv.head_dim != s.D) continue;
+    if (fv.head_dim != s.D || (attn::forward_variant_uses_wgmma(fv) && !wgmma_ok)) continue;
     const double ms = median_ms([&] { fv.launch(fp, nullptr); }, reps);
     std::printf("  %-40s %7.3f ms %6.1f TF/s\n", fv.name, ms, 2.0 * s.B * s.H * double(s.T) * s.T * s.D / ms * 1e-9);
   }

@@ -615,6 +615,99 @@ TEST(AttentionCuda, BackwardReusesWorkspace) {
   EXPECT_LT(rel_error(second.dv, std::vector<double>(first.dv.begin(), first.dv.end())), 1e-6);
 }
 
+// ---- wgmma forward (attention_fwd_wgmma.cuh) ----
+
+std::vector<double> as_double(const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); }
+
+// The mma.sync forward for D (the fallback), which the wgmma configurations are compared with.
+const attn::FwdVariant& mma_forward_variant(int D) {
+  for (const attn::FwdVariant& v : attn::forward_variants())
+    if (v.head_dim == D && !attn::forward_variant_uses_wgmma(v)) return v;
+  FP4_THROW("no mma.sync forward configuration for D=", D);
+}
+
+// LSE elements of two forwards that differ by more than FP32 reordering allows.
+int64_t lse_mismatches(const std::vector<float>& a, const std::vector<float>& b) {
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(std::fabs(a[i] - b[i]) <= 1e-5 * (1.0 + std::fabs(b[i])))) ++n;
+  return n;
+}
+
+struct FwdCase {
+  Case c;
+  float qk_std;
+};
+
+// Every wgmma forward configuration on the shapes that stress its tiling (64-row warpgroups, query tiles of
+// 128 or 192 rows, key tiles of 64 or 128; a warpgroup may have no row below T): T = 1, T < 64, T just under,
+// at and over 64, 128, 192, 256 and 384, several B and H, padded layouts, large scores. Each is compared with
+// the double reference (out, LSE, and the gradients of the default backward run on its out and LSE) and
+// with the mma.sync forward: the same numerics, so out agrees within BF16 rounding of P and O and the LSE
+// within FP32 reordering.
+TEST(AttentionWgmmaForward, MatchesReferenceAndFallback) {
+  if (!attn::device_has_wgmma()) GTEST_SKIP() << "no sm_90 device";
+  for (const int D : {64, 128}) {
+    const attn::FwdVariant& slow_fv = mma_forward_variant(D);
+    const attn::BwdVariant& bv = attn::default_backward_variant(D);
+    for (const FwdCase fc :
+         {FwdCase{{{1, 1, 1, D}, {}}, 1.f}, FwdCase{{{2, 1, 3, D}, {8, 8, 8}}, 1.f}, FwdCase{{{2, 17, 3, D}, {}}, 1.f},
+          FwdCase{{{1, 63, 2, D}, {}}, 1.f}, FwdCase{{{1, 64, 1, D}, {8, 16, 0}}, 1.f}, FwdCase{{{2, 65, 2, D}, {}}, 1.f},
+          FwdCase{{{3, 127, 2, D}, {}}, 1.f}, FwdCase{{{1, 128, 1, D}, {16, 8, 8}}, 1.f},
+          FwdCase{{{2, 129, 1, D}, {}}, 1.f}, FwdCase{{{1, 191, 2, D}, {}}, 1.f}, FwdCase{{{2, 192, 1, D}, {}}, 1.f},
+          FwdCase{{{1, 193, 3, D}, {}}, 1.f}, FwdCase{{{2, 255, 1, D}, {}}, 1.f}, FwdCase{{{1, 256, 2, D}, {}}, 1.f},
+          FwdCase{{{1, 257, 1, D}, {0, 8, 0}}, 1.f}, FwdCase{{{2, 383, 2, D}, {}}, 1.f},
+          FwdCase{{{1, 385, 1, D}, {}}, 4.f}, FwdCase{{{2, 333, 2, D}, {}}, 4.f}, FwdCase{{{1, 1100, 2, D}, {}}, 1.f}}) {
+      const Case& c = fc.c;
+      const uint32_t seed = 7100u + static_cast<uint32_t>(c.s.T * 13 + c.s.B * 5 + c.s.H * 3 + D);
+      SCOPED_TRACE(describe(c.s) + " qk_std=" + std::to_string(fc.qk_std) + " seed=" + std::to_string(seed));
+      const Inputs in = make_inputs(c.s, seed, fc.qk_std);
+      const Reference ref = reference_attention(in);
+      DeviceProblem dev(in, c.lay);
+      const GpuResult slow = dev.run(variant_launchers(slow_fv, bv));
+      int n_wgmma = 0;
+      for (const attn::FwdVariant& fv : attn::forward_variants()) {
+        if (fv.head_dim != D || !attn::forward_variant_uses_wgmma(fv)) continue;
+        ++n_wgmma;
+        SCOPED_TRACE(fv.name);
+        const GpuResult fast = dev.run(variant_launchers(fv, bv));
+        expect_matches(fast, ref);
+        EXPECT_LT(rel_error(fast.out, as_double(slow.out)), 4e-3) << "out vs the mma.sync forward";
+        EXPECT_EQ(lse_mismatches(fast.lse, slow.lse), 0) << "lse vs the mma.sync forward";
+      }
+      EXPECT_GE(n_wgmma, 1) << "no wgmma forward configuration for D=" << D;
+    }
+  }
+}
+
+// On Hopper the entry point runs the first wgmma configuration for D (bit for bit, and twice the same bits:
+// no race), and FP4_ATTENTION_FWD=mma selects the mma.sync forward instead.
+TEST(AttentionWgmmaForward, DefaultOnHopperAndEnvironmentFallback) {
+  if (!attn::device_has_wgmma()) GTEST_SKIP() << "no sm_90 device";
+  for (const int D : {64, 128}) {
+    SCOPED_TRACE("D=" + std::to_string(D));
+    const attn::FwdVariant& fast_fv = attn::default_forward_variant(D);
+    EXPECT_TRUE(attn::forward_variant_uses_wgmma(fast_fv));
+    ASSERT_EQ(setenv("FP4_ATTENTION_FWD", "mma", 1), 0);
+    const attn::FwdVariant& slow_fv = attn::default_forward_variant(D);
+    const Shape s{2, 301, 3, D};
+    const Inputs in = make_inputs(s, 8080u + static_cast<uint32_t>(D), 1.f);
+    DeviceProblem dev(in, Layout{});
+    const GpuResult public_mma = dev.run(public_launchers());
+    ASSERT_EQ(unsetenv("FP4_ATTENTION_FWD"), 0);
+    EXPECT_FALSE(attn::forward_variant_uses_wgmma(slow_fv));
+    EXPECT_EQ(&slow_fv, &mma_forward_variant(D));
+    const attn::BwdVariant& bv = attn::default_backward_variant(D);
+    const GpuResult public_fast = dev.run(public_launchers());
+    const GpuResult again = dev.run(public_launchers());
+    EXPECT_EQ(public_fast.out, dev.run(variant_launchers(fast_fv, bv)).out) << "entry point is not the wgmma kernel";
+    EXPECT_EQ(public_mma.out, dev.run(variant_launchers(slow_fv, bv)).out) << "FP4_ATTENTION_FWD=mma is ignored";
+    EXPECT_EQ(public_fast.out, again.out) << "two runs differ";
+    EXPECT_EQ(public_fast.lse, again.lse) << "two runs differ";
+    expect_matches(public_fast, reference_attention(in));
+  }
+}
+
 TEST(AttentionCuda, RejectsBadArguments) {
   DeviceBuffer<bf16> buf(4096);
   DeviceBuffer<float> lse(64);

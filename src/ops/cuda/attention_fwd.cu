@@ -1,17 +1,33 @@
-// attention_forward: argument checks, the compiled tile configurations and the default per head size.
+// attention_forward: argument checks, the compiled tile configurations (wgmma on sm_90, mma.sync elsewhere
+// or with FP4_ATTENTION_FWD=mma) and the default per head size.
+#include <cstdlib>
+#include <cstring>
+
 #include "ops/cuda/attention_args.cuh"
 #include "ops/cuda/attention_cuda.h"
 #include "ops/cuda/attention_fwd.cuh"
+#include "ops/cuda/attention_fwd_wgmma.cuh"
 #include "ops/cuda/attention_variants.cuh"
 
 namespace fp4::cuda {
 namespace attn {
 
-// <kD, kSlices, kMinBlocks>: four warps of 16*kSlices query rows. D = 64 defaults to two slices (32 rows
-// per warp): each K/V fragment loaded from shared memory feeds twice as many mma. The one-slice form needs
-// about 135 registers, so three CTAs (12 warps) share an SM. For D = 128 one slice keeps the Q fragments,
-// S and the O accumulator within the register budget (two slices spill).
+// The wgmma kernels come first (the defaults on Hopper), kWgmmaVariants of them:
+// <kD, kWarpgroups, kBlockN, kQInRegs, kMinBlocks>, 64 query rows per warpgroup, kBlockN keys per tile.
+// D = 64 defaults to three warpgroups and 128-key tiles with Q read from shared memory: S (64 FP32), the P
+// fragments (32) and O (32) fit the 168 registers of 384 threads (ptxas: 168, no spills; with Q in registers
+// too it spills and serializes the wgmma, so that form is not compiled). D = 128 defaults to two warpgroups
+// and 128-key tiles (O takes 64 registers: 234 with Q in shared memory, 252 with Q in registers).
+// Then the mma.sync kernels, <kD, kSlices, kMinBlocks>: four warps of 16*kSlices query rows. D = 64 defaults
+// to two slices (32 rows per warp): each K/V fragment loaded from shared memory feeds twice as many mma. The
+// one-slice form needs about 135 registers, so three CTAs (12 warps) share an SM. For D = 128 one slice
+// keeps the Q fragments, S and the O accumulator within the register budget (two slices spill).
+constexpr int kWgmmaVariants = 4;
 constexpr FwdVariant kFwdVariants[] = {
+    {"fwd d64 wgmma rows192 keys128 (3 wg, Q smem)", 64, &launch_attention_forward_wgmma<64, 3, 128, false, 1>},
+    {"fwd d128 wgmma rows128 keys128 (2 wg, Q smem)", 128, &launch_attention_forward_wgmma<128, 2, 128, false, 1>},
+    {"fwd d64 wgmma rows128 keys64 (2 wg, Q regs, 2/SM)", 64, &launch_attention_forward_wgmma<64, 2, 64, true, 2>},
+    {"fwd d128 wgmma rows128 keys128 (2 wg, Q regs)", 128, &launch_attention_forward_wgmma<128, 2, 128, true, 1>},
     {"fwd d64 rows128 (4 warps x 2 slices)", 64, &launch_attention_forward<64, 2, 1>},
     {"fwd d64 rows64 (4 warps x 1 slice, 3/SM)", 64, &launch_attention_forward<64, 1, 3>},
     {"fwd d128 rows64 (4 warps x 1 slice)", 128, &launch_attention_forward<128, 1, 1>},
@@ -19,9 +35,20 @@ constexpr FwdVariant kFwdVariants[] = {
 
 std::span<const FwdVariant> forward_variants() { return kFwdVariants; }
 
+bool forward_variant_uses_wgmma(const FwdVariant& v) {
+  for (int i = 0; i < kWgmmaVariants; ++i)
+    if (v.launch == kFwdVariants[i].launch) return true;
+  return false;
+}
+
+// The first configuration for D that the device runs: wgmma ones only on sm_90 and unless the environment
+// variable FP4_ATTENTION_FWD is "mma" (the mma.sync kernel, kept as the fallback).
 const FwdVariant& default_forward_variant(int D) {
+  const char* choice = std::getenv("FP4_ATTENTION_FWD");
+  const bool mma_only = choice != nullptr && std::strcmp(choice, "mma") == 0;
+  const bool wgmma_ok = !mma_only && device_has_wgmma();
   for (const FwdVariant& v : kFwdVariants)
-    if (v.head_dim == D) return v;
+    if (v.head_dim == D && (wgmma_ok || !forward_variant_uses_wgmma(v))) return v;
   FP4_THROW("attention_forward: head size D=", D, " is not supported (64 or 128)");
 }
 

@@ -34,6 +34,11 @@ struct FwdParams {
   float scale_log2;  // scale * log2(e): the scores go straight into base-2 exponents
 };
 
+struct FwdVariant;  // attention_variants.cuh
+// Whether a forward configuration is a wgmma kernel (attention_fwd_wgmma.cuh: needs an sm_90 device);
+// defined in attention_fwd.cu with the configuration table.
+bool forward_variant_uses_wgmma(const FwdVariant& v);
+
 template <int kD, int kSlices>
 struct FwdTile {
   static constexpr int kWarps = 4;

@@ -30,6 +30,26 @@ __device__ __forceinline__ void copy_tile_sw128(uint32_t dst, const __nv_bfloat1
                                           ld, row0, row_end, tid);
 }
 
+// copy_tile_sw128 for a thread count that need not divide the tile's 16-byte chunks (three warpgroups
+// and a 64-column tile, for example): the last round of chunks goes to the first threads only.
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void copy_tile_sw128_any(uint32_t dst, const __nv_bfloat16* src, int64_t ld, int row0,
+                                                    int row_end, int tid) {
+  static_assert(kCols % 64 == 0, "the swizzled layout holds 64-column blocks");
+  constexpr int kChunksPerRow = kCols / 8;
+  constexpr int kChunks = kRows * kChunksPerRow;
+#pragma unroll
+  for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i) {
+    const int chunk = i * kThreads + tid;
+    if (kChunks % kThreads != 0 && chunk >= kChunks) break;
+    const int r = chunk / kChunksPerRow;
+    const int col = (chunk % kChunksPerRow) * 8;
+    const bool valid = row0 + r < row_end;
+    const __nv_bfloat16* g = src + (valid ? static_cast<int64_t>(row0 + r) * ld : 0) + col;
+    cp_async_16(dst + sw128_offset<kRows>(r, col), g, valid);
+  }
+}
+
 // The mma A fragment A[m][k] = tile[m0 + m][k0 + k] of a swizzled tile (ldmatrix, as load_a).
 template <int kRows>
 __device__ __forceinline__ FragA load_a_sw128(uint32_t tile, int m0, int k0, int lane) {

@@ -99,6 +99,20 @@ __device__ __forceinline__ void wgmma_rs_n128(FragC (&d)[16], const FragA& a, ui
         "n"(kTransB));
 }
 
+// SS with N = 128 (the forward's S = Q K^T over 128-key tiles with Q read from shared memory).
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_ss_n128(FragC (&d)[16], uint64_t a, uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, %67, %68;\n}\n"
+      : FP4_WG_C4(0), FP4_WG_C4(4), FP4_WG_C4(8), FP4_WG_C4(12)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransA), "n"(kTransB));
+}
+
 #undef FP4_WG_C4
 #undef FP4_WG_C
 
