@@ -24,17 +24,23 @@ namespace attn {
 // keeps the Q fragments, S and the O accumulator within the register budget (two slices spill).
 constexpr int kWgmmaVariants = 5;
 constexpr FwdVariant kFwdVariants[] = {
-    {"fwd d64 wgmma rows192 keys128 (3 wg, Q smem)", 64, &launch_attention_forward_wgmma<64, 3, 128, false, 1>},
-    {"fwd d128 wgmma rows128 keys128 (2 wg, Q smem)", 128, &launch_attention_forward_wgmma<128, 2, 128, false, 1>},
-    {"fwd d64 wgmma rows128 keys64 (2 wg, Q regs, 2/SM)", 64, &launch_attention_forward_wgmma<64, 2, 64, true, 2>},
-    {"fwd d128 wgmma rows128 keys128 (2 wg, Q regs)", 128, &launch_attention_forward_wgmma<128, 2, 128, true, 1>},
+    {"fwd d64 wgmma rows192 keys128 (3 wg, Q smem)", 64,
+     &launch_attention_forward_wgmma<64, 3, 128, false, 1>},
+    {"fwd d128 wgmma rows128 keys128 (2 wg, Q smem)", 128,
+     &launch_attention_forward_wgmma<128, 2, 128, false, 1>},
+    {"fwd d64 wgmma rows128 keys64 (2 wg, Q regs, 2/SM)", 64,
+     &launch_attention_forward_wgmma<64, 2, 64, true, 2>},
+    {"fwd d128 wgmma rows128 keys128 (2 wg, Q regs)", 128,
+     &launch_attention_forward_wgmma<128, 2, 128, true, 1>},
     {"fwd d64 wgmma rows192 keys64 (3 wg, Q regs)", 64, &launch_attention_forward_wgmma<64, 3, 64, true, 1>},
     {"fwd d64 rows128 (4 warps x 2 slices)", 64, &launch_attention_forward<64, 2, 1>},
     {"fwd d64 rows64 (4 warps x 1 slice, 3/SM)", 64, &launch_attention_forward<64, 1, 3>},
     {"fwd d128 rows64 (4 warps x 1 slice)", 128, &launch_attention_forward<128, 1, 1>},
 };
 
-std::span<const FwdVariant> forward_variants() { return kFwdVariants; }
+std::span<const FwdVariant> forward_variants() {
+  return kFwdVariants;
+}
 
 bool forward_variant_uses_wgmma(const FwdVariant& v) {
   for (int i = 0; i < kWgmmaVariants; ++i)

@@ -45,8 +45,8 @@ struct WgFwdTile {
   static constexpr int kOffK = kQBytes;
   static constexpr int kOffV = kQBytes + 2 * kKvBytes;
   static constexpr int kSmemBytes = kOffV + 2 * kKvBytes + 1024;  // + slack to align the base
-  static constexpr int kSFrags = kBlockN / 8;  // S accumulator of one warp: 8 keys per FragC
-  static constexpr int kOFrags = kD / 8;       // O accumulator: 8 head dims per FragC
+  static constexpr int kSFrags = kBlockN / 8;   // S accumulator of one warp: 8 keys per FragC
+  static constexpr int kOFrags = kD / 8;        // O accumulator: 8 head dims per FragC
   static constexpr int kPSteps = kBlockN / 16;  // k16 steps of P V
   static constexpr int kQSteps = kD / 16;       // k16 steps of Q K^T
   static_assert(kD == 64 || kD == 128, "head size 64 or 128");
@@ -57,7 +57,9 @@ struct WgFwdTile {
 
 // A descriptor moved by `bytes` (a multiple of 16): the start address field (address >> 4, bits 0-13) takes
 // the whole addition, as shared addresses stay below 256 KiB.
-__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  return desc + (bytes >> 4);
+}
 
 // Issues S = Q K^T for this warpgroup's 64 rows (not waited for): qf its Q rows as A fragments (kQInRegs),
 // else q_desc is k-step 0 of its rows of the Q tile (K-major); k_desc is k-step 0 of the key tile (keys as
@@ -85,7 +87,8 @@ __device__ __forceinline__ void wg_fwd_issue_scores(FragC (&s)[Tile::kSFrags], c
 // Issues O += P V (not waited for): pa the BF16 P fragments, v_desc k-step 0 of the value tile read
 // MN-major (keys as the reduction index, 16 rows of 128 bytes per step).
 template <int kPSteps, int kOFrags>
-__device__ __forceinline__ void wg_fwd_issue_pv(FragC (&o)[kOFrags], const FragA (&pa)[kPSteps], uint64_t v_desc) {
+__device__ __forceinline__ void wg_fwd_issue_pv(FragC (&o)[kOFrags], const FragA (&pa)[kPSteps],
+                                                uint64_t v_desc) {
 #pragma unroll
   for (int ks = 0; ks < kPSteps; ++ks) wgmma_rs<1>(o, pa[ks], desc_advance(v_desc, ks * 16 * 128), true);
 }
@@ -107,8 +110,8 @@ __device__ __forceinline__ void wg_fwd_mask(FragC (&s)[kSFrags], int key0, int r
 // becomes P = 2^(s*scale_log2 - m) in FP32; l (this lane's partial row sum) is rescaled and extended;
 // alpha = 2^(m_old - m_new) is returned for O, which an in-flight wgmma may still be writing.
 template <int kSFrags>
-__device__ __forceinline__ void wg_fwd_softmax(FragC (&s)[kSFrags], float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                               float scale_log2) {
+__device__ __forceinline__ void wg_fwd_softmax(FragC (&s)[kSFrags], float (&m)[2], float (&l)[2],
+                                               float (&alpha)[2], float scale_log2) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float mx = -INFINITY;
@@ -117,8 +120,8 @@ __device__ __forceinline__ void wg_fwd_softmax(FragC (&s)[kSFrags], float (&m)[2
     mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
     const float m_new = fmaxf(m[half], mx * scale_log2);  // scale_log2 > 0: max commutes with the scaling
-    const float base = m_new == -INFINITY ? 0.f : m_new;   // nothing unmasked yet: keep everything at 0
-    alpha[half] = ex2(m[half] - base);                     // 0 on the first tile (m = -inf)
+    const float base = m_new == -INFINITY ? 0.f : m_new;  // nothing unmasked yet: keep everything at 0
+    alpha[half] = ex2(m[half] - base);                    // 0 on the first tile (m = -inf)
     m[half] = m_new;
     float sum = 0.f;
 #pragma unroll
@@ -153,7 +156,8 @@ __device__ __forceinline__ void wg_fwd_pack(FragA (&pa)[kPSteps], const FragC (&
 
 // Grid: x = batch*head, y = query tile (the last, heaviest, first). Needs sm_90a.
 template <int kD, int kWarpgroups, int kBlockN, bool kQInRegs, int kMinBlocks>
-__global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks) attention_fwd_wgmma_kernel(const FwdParams p) {
+__global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
+    attention_fwd_wgmma_kernel(const FwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Tile = WgFwdTile<kD, kWarpgroups, kBlockN, kQInRegs>;
   constexpr int kBlockM = Tile::kBlockM, kThreads = Tile::kThreads, kKvBytes = Tile::kKvBytes;
@@ -173,7 +177,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks) attention_fwd_w
   const bf16* k = p.k + tok0 * p.ld_qkv + h * kD;
   const bf16* v = p.v + tok0 * p.ld_qkv + h * kD;
   const int n_tiles = (min(q0 + kBlockM, p.T) - 1) / kBlockN + 1;  // key tiles holding keys 0 .. last row
-  const int wg_row0 = q0 + 64 * wg;                                  // this warpgroup's first query row
+  const int wg_row0 = q0 + 64 * wg;                                // this warpgroup's first query row
   const int warp_row0 = wg_row0 + 16 * wwarp;
   // Key tiles this warpgroup needs (those holding keys 0 .. its last row below T); 0 when all its rows >= T.
   const int n_wg = wg_row0 < p.T ? min(wg_row0 + 63, p.T - 1) / kBlockN + 1 : 0;
@@ -197,15 +201,17 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks) attention_fwd_w
     fence_proxy_async();
     __syncthreads();  // ... for every thread, and every warpgroup is done with step j-1's tiles
     if (j + 1 < n_tiles)
-      copy_tile_sw128_any<kBlockN, kD, kThreads>(s_k + ((j + 1) & 1) * kKvBytes, k, p.ld_qkv, (j + 1) * kBlockN, p.T,
-                                                 tid);
+      copy_tile_sw128_any<kBlockN, kD, kThreads>(s_k + ((j + 1) & 1) * kKvBytes, k, p.ld_qkv,
+                                                 (j + 1) * kBlockN, p.T, tid);
     if (j < n_tiles)
-      copy_tile_sw128_any<kBlockN, kD, kThreads>(s_v + (j & 1) * kKvBytes, v, p.ld_qkv, j * kBlockN, p.T, tid);
+      copy_tile_sw128_any<kBlockN, kD, kThreads>(s_v + (j & 1) * kKvBytes, v, p.ld_qkv, j * kBlockN, p.T,
+                                                 tid);
     cp_async_commit();
     if constexpr (kQInRegs) {
       if (j == 0) {
 #pragma unroll
-        for (int kk = 0; kk < kQFrags; ++kk) qf[kk] = load_a_sw128<kBlockM>(s_q, 64 * wg + 16 * wwarp, kk * 16, lane);
+        for (int kk = 0; kk < kQFrags; ++kk)
+          qf[kk] = load_a_sw128<kBlockM>(s_q, 64 * wg + 16 * wwarp, kk * 16, lane);
       }
     }
     const uint64_t k_desc = sw128_desc(s_k + (j & 1) * kKvBytes, 16, 1024);
@@ -282,7 +288,8 @@ void launch_attention_forward_wgmma(const FwdParams& p, cudaStream_t stream) {
   FP4_CHECK(device_has_wgmma(), "attention_forward: the wgmma kernel needs an sm_90 (Hopper) device");
   const auto kernel = attention_fwd_wgmma_kernel<kD, kWarpgroups, kBlockN, kQInRegs, kMinBlocks>;
   FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-  const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + Tile::kBlockM - 1) / Tile::kBlockM));
+  const dim3 grid(static_cast<unsigned>(p.B * p.H),
+                  static_cast<unsigned>((p.T + Tile::kBlockM - 1) / Tile::kBlockM));
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
   FP4_CUDA_CHECK_LAUNCH("attention_fwd_wgmma_kernel");
 }
