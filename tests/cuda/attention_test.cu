@@ -684,6 +684,7 @@ TEST(AttentionWgmmaForward, MatchesReferenceAndFallback) {
 // no race), and FP4_ATTENTION_FWD=mma selects the mma.sync forward instead.
 TEST(AttentionWgmmaForward, DefaultOnHopperAndEnvironmentFallback) {
   if (!attn::device_has_wgmma()) GTEST_SKIP() << "no sm_90 device";
+  ASSERT_EQ(unsetenv("FP4_ATTENTION_FWD"), 0);  // the test sets the switch itself
   for (const int D : {64, 128}) {
     SCOPED_TRACE("D=" + std::to_string(D));
     const attn::FwdVariant& fast_fv = attn::default_forward_variant(D);
