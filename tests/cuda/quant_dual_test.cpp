@@ -46,6 +46,26 @@ void apply_rescale(HostInput& in, const Rescale& s) {
     }
 }
 
+// A dequantized operand written by the GPU against the CPU's dequantize of the reference operand.
+void compare_dequant(const Nvfp4Tensor& want, const DequantOutput& out, const DeviceBuffer<float>& buf, Diff& d,
+                     const char* which) {
+  if (out.data == nullptr) return;
+  const size_t n = static_cast<size_t>(want.rows * want.cols);
+  const int64_t before = d.dequant;
+  if (out.dtype == QuantIoType::kF32) {
+    std::vector<float> w(n), gv(n);
+    dequantize(want, w.data(), out.apply_tensor_scale);
+    buf.download(gv.data(), gv.size());
+    cudatest::compare_f32(w, gv, d);
+  } else {
+    std::vector<uint16_t> w(n), gv(n);
+    dequantize_bf16(want, w.data(), out.apply_tensor_scale);
+    FP4_CUDA_CHECK(cudaMemcpy(gv.data(), buf.data(), gv.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    cudatest::compare_bf16(w, gv, d);
+  }
+  if (d.dequant != before) d.note(std::string(which) + " operand's dequantized values differ");
+}
+
 Diff run_dual(std::mt19937_64& g, const DualCase& c, int64_t rows, int64_t cols, bool specials, int variant,
               const Rescale& rescale = {}) {
   HostInput in = cudatest::random_input(g, rows, cols, c.dtype, specials);
@@ -72,7 +92,16 @@ Diff run_dual(std::mt19937_64& g, const DualCase& c, int64_t rows, int64_t cols,
     dq.dtype = variant % 3 == 1 ? QuantIoType::kF32 : QuantIoType::kBF16;
     dq.apply_tensor_scale = (variant & 4) == 0;
   }
-  quantize_dual_cuda(dx.input(), op_r, op_c, dq, nullptr);
+  // The optional dequantized column operand, with the other dtype and tensor-scale flag than the rows'.
+  DequantOutput dq_c;
+  DeviceBuffer<float> dq_c_buf;
+  if (variant % 5 != 0) {
+    dq_c_buf = DeviceBuffer<float>(static_cast<size_t>(rows * cols));
+    dq_c.data = dq_c_buf.data();
+    dq_c.dtype = variant % 5 == 1 ? QuantIoType::kF32 : QuantIoType::kBF16;
+    dq_c.apply_tensor_scale = (variant & 8) == 0;
+  }
+  quantize_dual_cuda(dx.input(), op_r, op_c, dq, dq_c, nullptr);
   FP4_CUDA_CHECK(cudaDeviceSynchronize());
 
   DualQuant want = want_future.get();
@@ -97,19 +126,8 @@ Diff run_dual(std::mt19937_64& g, const DualCase& c, int64_t rows, int64_t cols,
     d.outer += 1;
     d.note("column amax differs");
   }
-  if (dq.data != nullptr) {
-    if (dq.dtype == QuantIoType::kF32) {
-      std::vector<float> w(rows * cols), gv(rows * cols);
-      dequantize(want.rows, w.data(), dq.apply_tensor_scale);
-      dq_buf.download(gv.data(), gv.size());
-      cudatest::compare_f32(w, gv, d);
-    } else {
-      std::vector<uint16_t> w(rows * cols), gv(rows * cols);
-      dequantize_bf16(want.rows, w.data(), dq.apply_tensor_scale);
-      FP4_CUDA_CHECK(cudaMemcpy(gv.data(), dq_buf.data(), gv.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-      cudatest::compare_bf16(w, gv, d);
-    }
-  }
+  compare_dequant(want.rows, dq, dq_buf, d, "row");
+  compare_dequant(want.cols, dq_c, dq_c_buf, d, "column");
   return d;
 }
 

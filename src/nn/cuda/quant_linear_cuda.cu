@@ -15,7 +15,8 @@ namespace {
 struct Transients {
   float* amax = nullptr;  // 4 tensor amax values
   bf16* a = nullptr;      // [n x max(in, out)]: X^ (forward); Q3(dY) values, then Q6 values (backward)
-  bf16* b = nullptr;      // max(out x in, out x n): W^ (forward); Q4 or Q2 values, then Q5's (backward)
+  bf16* b = nullptr;      // [out x n]: Q5(dY^T) values, written by the dual quantizer (backward)
+  bf16* w = nullptr;      // [out x in]: W^ (forward); Q4 or Q2 values (backward)
   uint8_t* codes_a = nullptr;  // packed Q1 [n x in] (forward), Q3 [n x out] (backward)
   uint8_t* scales_a = nullptr;
   float* outer_a = nullptr;
@@ -27,6 +28,7 @@ struct Transients {
 
 Transients carve_transients(uint8_t* base, int64_t n, int64_t in, int64_t out, const LinearPolicy& p) {
   const auto na = static_cast<size_t>(n * std::max(in, out)), nb = static_cast<size_t>(std::max(out * in, out * n));
+  const auto nw = static_cast<size_t>(out * in);
   const auto outer_a = static_cast<size_t>(std::max(nvfp4_outer_count(n, in, p[Operand::kQ1X].outer),
                                                     nvfp4_outer_count(n, out, p[Operand::kQ3dY].outer)));
   const auto outer_b = static_cast<size_t>(std::max(nvfp4_outer_count(out, in, p[Operand::kQ2W].outer),
@@ -35,7 +37,8 @@ Transients carve_transients(uint8_t* base, int64_t n, int64_t in, int64_t out, c
   Transients t;
   t.amax = c.take<float>(4);
   t.a = c.take<bf16>(na);
-  t.b = c.take<bf16>(nb);
+  t.b = c.take<bf16>(static_cast<size_t>(out * n));
+  t.w = c.take<bf16>(nw);
   t.codes_a = c.take<uint8_t>(na / 2);
   t.scales_a = c.take<uint8_t>(na / 16);
   t.outer_a = c.take<float>(outer_a);
@@ -105,7 +108,7 @@ class QuantLinearCudaImpl final : public LinearCuda {
     // W (the FP32 master): Q2 along in, and Q4 = W^T along out (aligned), or W^ itself (reuse, 16x16).
     const DeviceInput win{w_.master, QuantIoType::kF32, out, in};
     const QuantSpec& q2 = p_[Operand::kQ2W];
-    bf16* w_hat = s.b;
+    bf16* w_hat = s.w;
     if (p_[Operand::kQ4Wt].source == QuantSource::kReuse) {
       // Q2 is kept packed: the backward dequantizes it again (the same BF16 bits, 4.5 bits a weight).
       const QuantRandomness r2 = rnd(QuantPurpose::kSrQ2, QuantPurpose::kRhtDx, 0);
@@ -132,8 +135,10 @@ class QuantLinearCudaImpl final : public LinearCuda {
     const int in = spec_.in_features, out = spec_.out_features;
     const Transients s = transients(n);
     float* amax = s.amax;
-    // dY: Q3 along out (for dX) and Q5 = dY^T along n (for dW) in one pass; Q3's values land in BF16.
+    // dY: Q3 along out (for dX) and Q5 = dY^T along n (for dW) in one pass; the values of both land in
+    // BF16 (the GEMMs' operands), Q3's in a, Q5's in b.
     bf16* dy_hat = s.a;
+    bf16* dyt = s.b;
     const DeviceInput yin{dy, QuantIoType::kBF16, n, out};
     DualOperand rows{p_[Operand::kQ3dY], rnd(QuantPurpose::kSrQ3, QuantPurpose::kRhtDx, p_[Operand::kQ3dY].rht_n),
                      transient_view(s.codes_a, s.scales_a, s.outer_a, n, out, p_[Operand::kQ3dY]), amax + 0, nullptr};
@@ -141,10 +146,10 @@ class QuantLinearCudaImpl final : public LinearCuda {
                      transient_view(s.codes_b, s.scales_b, s.outer_b, out, n, p_[Operand::kQ5dYt]), amax + 1, nullptr};
     if (rows.spec.outer == OuterScale::kTensor || cols.spec.outer == OuterScale::kTensor)
       amax_dual_cuda(yin, rows, cols, amax + 0, amax + 1, stream_);
-    quantize_dual_cuda(yin, rows, cols, bf16_out(dy_hat), stream_);
+    quantize_dual_cuda(yin, rows, cols, bf16_out(dy_hat), bf16_out(dyt), stream_);
 
-    // dX = Q3(dY) Q4(W^T)^T over out; W^T's BF16 values go to b.
-    bf16* b = s.b;
+    // dX = Q3(dY) Q4(W^T)^T over out; W^T's BF16 values go to w.
+    bf16* b = s.w;
     const float beta = dx.add ? 1.0f : 0.0f;
     if (p_[Operand::kQ4Wt].source == QuantSource::kReuse) {  // W^ [out x in], from the kept 16x16 Q2
       dequantize_nvfp4_cuda(q2_.view(out, in, p_[Operand::kQ2W]), bf16_out(b), stream_);
@@ -159,11 +164,9 @@ class QuantLinearCudaImpl final : public LinearCuda {
       else
         gemm_.gemm(false, true, n, in, out, 1.0f, dy_hat, out, b, out, beta, dx.f32_out, in, stream_, dx.add);
     }
-    // dW += Q5(dY^T) Q6(X^T)^T over n: both dequantized to BF16, dY^T [out x n] over W^T's values in b and
-    // X^T [in x n] over Q3's in a (the dX GEMM, queued before on the same stream, was their last reader).
-    bf16* dyt = b;
+    // dW += Q5(dY^T) Q6(X^T)^T over n: both as BF16 values, X^T [in x n] over Q3's in a (the dX GEMM,
+    // queued before on the same stream, was their last reader).
     bf16* xt = s.a;
-    dequantize_nvfp4_cuda(cols.out, bf16_out(dyt), stream_);
     dequantize_nvfp4_cuda(q6_.view(in, n, p_[Operand::kQ6Xt]), bf16_out(xt), stream_);
     gemm_.gemm(false, true, out, in, n, 1.0f, dyt, n, xt, n, 1.0f, w_.grad, in, stream_);
   }

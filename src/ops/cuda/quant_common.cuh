@@ -337,6 +337,7 @@ struct Nvfp4Params {
   TensorScale ts;                          // tensor outer scale
   float amax = 0.0f;                       // tensor amax (Four Over Six error measure)
   RngStream rng;
+  PhiloxStream32 philox;  // rng's per-stream Philox work, for kernels whose SR blocks stay below 2^32
 };
 
 inline Nvfp4Params make_params(const QuantSpec& spec, const QuantRandomness& rnd) {
@@ -347,6 +348,7 @@ inline Nvfp4Params make_params(const QuantSpec& spec, const QuantRandomness& rnd
   p.target = spec.sr_headroom ? kNvfp4HeadroomTarget : kNvfp4Target;
   p.inv_target = 1.0f / p.target;
   p.rng = rnd.sr;
+  p.philox = philox_stream32(rnd.sr);
   return p;
 }
 

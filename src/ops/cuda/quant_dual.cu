@@ -380,6 +380,14 @@ constexpr uint32_t kTetraDy = dual::kRowB128 | dual::kRowSr | dual::kRowRht | du
 constexpr uint32_t kNvidiaXt = dual::kColRht;
 constexpr uint32_t kNvidiaDy = dual::kRowSr | dual::kColSr | dual::kColRht;
 
+constexpr uint32_t kFastModes[] = {kTetraXt, kTetraXt | dual::kF32In, kTetraDy, kNvidiaXt, kNvidiaDy};
+
+bool has_fast_kernel(uint32_t mode) {
+  for (uint32_t m : kFastModes)
+    if (m == mode) return true;
+  return false;
+}
+
 bool try_launch_fast(uint32_t mode, const DualArgs& a, unsigned grid, cudaStream_t stream) {
   switch (mode) {
     case kTetraXt: launch_fast<kTetraXt>(a, grid, stream); return true;
@@ -445,11 +453,17 @@ DualArgs make_dual_args(const DeviceInput& x, const DualOperand& rows, const Dua
 
 void quantize_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols,
                         const DequantOutput& dequant_rows, cudaStream_t stream) {
+  quantize_dual_cuda(x, rows, cols, dequant_rows, DequantOutput{}, stream);
+}
+
+void quantize_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols,
+                        const DequantOutput& dequant_rows, const DequantOutput& dequant_cols, cudaStream_t stream) {
   constexpr const char* kWhat = "quantize_dual_cuda";
   check_dual_specs(x, rows, cols, kWhat);
   qk::check_view(rows.out, x.rows, x.cols, rows.spec, "quantize_dual_cuda (row operand)");
   qk::check_view(cols.out, x.cols, x.rows, cols.spec, "quantize_dual_cuda (column operand)");
   qk::check_dequant(dequant_rows, kWhat);
+  qk::check_dequant(dequant_cols, kWhat);
   if (rows.spec.outer == OuterScale::kTensor) qk::check_aligned(rows.amax, 4, kWhat, "row operand amax");
   if (cols.spec.outer == OuterScale::kTensor) qk::check_aligned(cols.amax, 4, kWhat, "column operand amax");
   if (rows.nonfinite != nullptr) qk::check_aligned(rows.nonfinite, 8, kWhat, "row non-finite counter");
@@ -465,7 +479,16 @@ void quantize_dual_cuda(const DeviceInput& x, const DualOperand& rows, const Dua
   a.dq = dequant_rows.data;
   a.dq_bf16 = dequant_rows.dtype == QuantIoType::kBF16;
   a.dq_apply = dequant_rows.apply_tensor_scale;
-  launch_dual<false>(x, a, stream, fast_mode(x, rows, cols));
+  const uint32_t fast = fast_mode(x, rows, cols);
+  // The specialized kernel writes dequant(cols) from its registers; otherwise it is read back from the codes.
+  const bool fused_cols = dequant_cols.data != nullptr && has_fast_kernel(fast);
+  if (fused_cols) {
+    a.dq_c = dequant_cols.data;
+    a.dq_c_bf16 = dequant_cols.dtype == QuantIoType::kBF16;
+    a.dq_c_apply = dequant_cols.apply_tensor_scale;
+  }
+  launch_dual<false>(x, a, stream, fast);
+  if (dequant_cols.data != nullptr && !fused_cols) dequantize_nvfp4_cuda(cols.out, dequant_cols, stream);
 }
 
 void amax_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols, float* amax_rows_device,

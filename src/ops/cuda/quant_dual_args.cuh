@@ -20,8 +20,10 @@ struct DualArgs {
   unsigned long long* nonfinite_r;
   unsigned long long* nonfinite_c;
   bool aligned;
-  void* dq;
+  void* dq;  // dequant(rows) [rows x cols], optional
   bool dq_bf16, dq_apply;
+  void* dq_c;  // dequant(cols) [cols x rows], optional; only the specialized kernel writes it
+  bool dq_c_bf16, dq_c_apply;
   float* amax_c_out;  // kAmaxOnly: where the amax of the transformed T goes
 };
 

@@ -56,14 +56,15 @@ __device__ __forceinline__ float quotient_fast(float x, const Block128Divisor& d
 // Codes of a block (8 bytes, low nibble = element 0) and, when asked, the E2M1 values q of those codes.
 // mult is p = s_in * s_out (block128) or e_b (tensor). ctr0 = (operand index of element 0) / 4: the SR
 // words are Philox blocks ctr0 .. ctr0 + 3. The 32-bit counter (the host checks that the operand has fewer
-// than 2^34 elements) makes the counter's high word a compile-time zero; the words are the same.
+// than 2^34 elements) lets the stream's share of the Philox rounds be computed once (philox_block32);
+// the words are the same.
 // Block128: a divisor outside the reciprocal's range [2^-126, 2^126] (zero, subnormal) is scaled into it
 // together with the block (v is scaled in place: callers do not read it afterwards). By a power of two
 // both are exact, except values so far below p that their quotient, and so their code, is zero either way;
 // p == 0 keeps a zero divisor, whose quotients are 0 (the reference's sign-only codes). A NaN divisor
 // (the NaN scale of a non-finite block) gives NaN quotients, as the reference's division.
 template <bool kB128, bool kSr, bool kWantQ>
-__device__ __forceinline__ uint2 encode_block(float (&v)[16], float mult, const RngStream& rng, uint32_t ctr0,
+__device__ __forceinline__ uint2 encode_block(float (&v)[16], float mult, const PhiloxStream32& rng, uint32_t ctr0,
                                               float (&q)[16]) {
   Block128Divisor d{};
   if constexpr (kB128) {
@@ -79,7 +80,7 @@ __device__ __forceinline__ uint2 encode_block(float (&v)[16], float mult, const 
 #pragma unroll
   for (int g = 3; g >= 0; --g) {
     Philox4 r{{0, 0, 0, 0}};
-    if constexpr (kSr) r = philox_block(rng, static_cast<uint64_t>(ctr0 + static_cast<uint32_t>(g)));
+    if constexpr (kSr) r = philox_block32(rng, ctr0 + static_cast<uint32_t>(g));
 #pragma unroll
     for (int k = 3; k >= 0; --k) {
       const int i = 4 * g + k;

@@ -66,6 +66,21 @@ __device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
   return r;
 }
 
+// 16 dequantized values at element i0 of an FP32 or BF16 (round to nearest even) output, 16-byte stores.
+__device__ __forceinline__ void store_values16(void* base, bool as_bf16, int64_t i0, const float (&d)[16]) {
+  if (as_bf16) {
+    uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + i0);
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+      dst[c] = make_uint4(bf16x2_rn(d[8 * c], d[8 * c + 1]), bf16x2_rn(d[8 * c + 2], d[8 * c + 3]),
+                          bf16x2_rn(d[8 * c + 4], d[8 * c + 5]), bf16x2_rn(d[8 * c + 6], d[8 * c + 7]));
+  } else {
+    float4* dst = reinterpret_cast<float4*>(static_cast<float*>(base) + i0);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) dst[c] = make_float4(d[4 * c], d[4 * c + 1], d[4 * c + 2], d[4 * c + 3]);
+  }
+}
+
 template <int H>
 __device__ __forceinline__ void butterflies(float (&v)[16]) {
 #pragma unroll
@@ -201,9 +216,9 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
       float q[16];
       uint2 codes;
       if (want_q)
-        codes = encode_block<F::kRB128, F::kRSr, true>(v, mult, p.rng, static_cast<uint32_t>(i0 >> 2), q);
+        codes = encode_block<F::kRB128, F::kRSr, true>(v, mult, p.philox, static_cast<uint32_t>(i0 >> 2), q);
       else
-        codes = encode_block<F::kRB128, F::kRSr, false>(v, mult, p.rng, static_cast<uint32_t>(i0 >> 2), q);
+        codes = encode_block<F::kRB128, F::kRSr, false>(v, mult, p.philox, static_cast<uint32_t>(i0 >> 2), q);
       if (active) {
         *reinterpret_cast<uint2*>(a.out_r.codes + i0 / 2) = codes;
         a.out_r.scales[i0 / 16] = scale;
@@ -215,17 +230,7 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
             d[i] = mul_rn(q[i], s_b);
             if (!F::kRB128 && a.dq_apply) d[i] = mul_rn(d[i], outer);
           }
-          if (a.dq_bf16) {
-            uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(a.dq) + i0);
-#pragma unroll
-            for (int c = 0; c < 2; ++c)
-              dst[c] = make_uint4(bf16x2_rn(d[8 * c], d[8 * c + 1]), bf16x2_rn(d[8 * c + 2], d[8 * c + 3]),
-                                  bf16x2_rn(d[8 * c + 4], d[8 * c + 5]), bf16x2_rn(d[8 * c + 6], d[8 * c + 7]));
-          } else {
-            float4* dst = reinterpret_cast<float4*>(static_cast<float*>(a.dq) + i0);
-#pragma unroll
-            for (int c = 0; c < 4; ++c) dst[c] = make_float4(d[4 * c], d[4 * c + 1], d[4 * c + 2], d[4 * c + 3]);
-          }
+          store_values16(a.dq, a.dq_bf16, i0, d);
         }
       }
       if constexpr (F::kAligned) {
@@ -251,7 +256,23 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
   if (!F::kRB128 && blockIdx.x == 0 && threadIdx.x == 0) a.out_r.outer[0] = p.ts.s_dec;
 }
 
-// Phase 2: the column operand from the tile, codes and scales staged in shared memory.
+// dequant(cols) of one T block at element i0 from its E2M1 values q: q * p (block128, mult = p) or
+// (q * s_b) * S_dec (tensor; S_dec only when dq_c_apply), as decode16 forms them. Each thread owns 64
+// consecutive elements of one T row, so its stores fill whole 32-byte sectors in pairs.
+template <bool kB128>
+__device__ __forceinline__ void store_dequant_cols(const DualArgs& a, int64_t i0, const float (&q)[16], float mult,
+                                                   float s_b, float s_dec) {
+  float d[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    d[i] = mul_rn(q[i], kB128 ? mult : s_b);
+    if (!kB128 && a.dq_c_apply) d[i] = mul_rn(d[i], s_dec);
+  }
+  store_values16(a.dq_c, a.dq_c_bf16, i0, d);
+}
+
+// Phase 2: the column operand from the tile, codes and scales staged in shared memory; optionally its
+// dequantized values straight to dq_c.
 template <uint32_t M>
 __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int64_t r0, int64_t c0, int nr, int nc) {
   using F = FastMode<M>;
@@ -299,10 +320,15 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
   uint32_t scales = 0;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    float mult, s_b, unused[16];
+    float mult, s_b, q[16];
     const uint8_t scale = block_scale<F::kCB128>(p, amax16[k], outer, bad[k], mult, s_b);
     const int64_t i0 = trow * a.rows + r0 + hh * 64 + 16 * k;
-    codes[k] = encode_block<F::kCB128, F::kCSr, false>(v[k], mult, p.rng, static_cast<uint32_t>(i0 >> 2), unused);
+    if (a.dq_c == nullptr) {
+      codes[k] = encode_block<F::kCB128, F::kCSr, false>(v[k], mult, p.philox, static_cast<uint32_t>(i0 >> 2), q);
+    } else {
+      codes[k] = encode_block<F::kCB128, F::kCSr, true>(v[k], mult, p.philox, static_cast<uint32_t>(i0 >> 2), q);
+      if (cl < nc && hh * 64 + 16 * k < nr) store_dequant_cols<F::kCB128>(a, i0, q, mult, s_b, outer);
+    }
     scales |= static_cast<uint32_t>(scale) << (8 * k);
   }
   uint4* cdst = reinterpret_cast<uint4*>(smem + L::kCodeOff + cl * kStageStride + hh * 32);

@@ -91,6 +91,11 @@ struct DualOperand {
 // receives dequant(rows) [rows x cols].
 void quantize_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols,
                         const DequantOutput& dequant_rows, cudaStream_t stream);
+// The same, and dequant(cols) [cols x rows] into dequant_cols (when its data is set): for the recipes'
+// operand pairs from the quantizer's registers in the same pass (no read-back of the codes), otherwise by
+// a dequantize after it. The values are those of dequantize_nvfp4_cuda(cols.out) either way (a NaN may be another NaN).
+void quantize_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols,
+                        const DequantOutput& dequant_rows, const DequantOutput& dequant_cols, cudaStream_t stream);
 
 // The amax values the dual quantizer needs in tensor mode: *amax_rows_device (when rows.spec.outer is
 // tensor) and *amax_cols_device (when cols.spec.outer is tensor: the amax of the transformed T, which for

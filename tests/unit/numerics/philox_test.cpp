@@ -8,6 +8,7 @@
 #include <cmath>
 #include <set>
 #include <tuple>
+#include <vector>
 
 #include "numerics_test_util.h"
 
@@ -140,6 +141,28 @@ TEST(Philox, MakeStreamPacksPurposeTensorAndStep) {
     for (uint32_t tensor = 0; tensor < 50; ++tensor)
       for (uint32_t step = 0; step < 50; ++step) ids.insert(make_stream(tensor, step, purpose));
   EXPECT_EQ(ids.size(), 4u * 50u * 50u);
+}
+
+// The per-stream precomputation returns philox_block's words for every block below 2^32: random seeds
+// and streams (all 64 bits), the edge words 0 and all-ones, and random blocks.
+TEST(Philox, StreamScheduleGivesTheSameWords) {
+  FP4_SEEDED_RNG(g);
+  std::vector<RngStream> streams = {{0, 0}, {~0ull, ~0ull}, {0, ~0ull}, {~0ull, 0}};
+  for (int i = 0; i < 60; ++i) streams.push_back({g(), g()});
+  int checked = 0;
+  for (const RngStream& s : streams) {
+    const PhiloxStream32 p = philox_stream32(s);
+    std::vector<uint32_t> blocks = {0u, 1u, 0xFFFFFFFFu, 0x80000000u};
+    for (int i = 0; i < 200; ++i) blocks.push_back(static_cast<uint32_t>(g()));
+    for (uint32_t b : blocks) {
+      const Philox4 want = philox_block(s, b), got = philox_block32(p, b);
+      for (int w = 0; w < 4; ++w)
+        ASSERT_EQ(got.v[w], want.v[w]) << "word " << w << " of block " << b << ", seed " << s.seed << " stream "
+                                       << s.stream;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 64 * 204);
 }
 
 }  // namespace
