@@ -12,13 +12,13 @@ import sys
 
 # (family, regular expression on the kernel name), first match wins.
 FAMILIES = [
-    ("GEMM (cuBLASLt)", r"gemm|sm90_xmma|cutlass|nvjet|Kernel2"),
+    ("GEMM (cuBLASLt)", r"gemm|sm90_xmma|cutlass|nvjet|Kernel2|splitkreduce"),
     ("attention forward", r"attention_fwd|attn_fwd|flash_fwd"),
     ("attention backward", r"attention_bwd|attn_bwd|flash_bwd|dq_|attention_dq"),
     ("NVFP4 quantize (dual, fused X/X^T)", r"quantize_dual"),
-    ("NVFP4 quantize (rows)", r"quantize_nvfp4"),
+    ("NVFP4 dequantize", r"dequant"),  # before the row quantizers: "dequantize_nvfp4" holds "quantize_nvfp4"
+    ("NVFP4 quantize (rows)", r"quantize_nvfp4|quantize_rows|quantize_tiles"),
     ("NVFP4 amax pre-pass", r"amax"),
-    ("NVFP4 dequantize", r"dequant"),
     ("cross-entropy / LM head loss", r"cross_entropy|softmax|logits|loss"),
     ("QK-norm + RoPE", r"rope"),
     ("reductions (norm weight grads, grad norm)", r"reduce_partials|chunk_sumsq|norm_clip|loss_sums"),

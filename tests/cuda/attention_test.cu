@@ -695,6 +695,8 @@ TEST(AttentionWgmmaForward, DefaultOnHopperAndEnvironmentFallback) {
     const Inputs in = make_inputs(s, 8080u + static_cast<uint32_t>(D), 1.f);
     DeviceProblem dev(in, Layout{});
     const GpuResult public_mma = dev.run(public_launchers());
+    ASSERT_EQ(setenv("FP4_ATTENTION_FWD", "wgmma", 1), 0);  // not a choice: an error, not a silent default
+    EXPECT_THROW(attn::default_forward_variant(D), Error);
     ASSERT_EQ(unsetenv("FP4_ATTENTION_FWD"), 0);
     EXPECT_FALSE(attn::forward_variant_uses_wgmma(slow_fv));
     EXPECT_EQ(&slow_fv, &mma_forward_variant(D));

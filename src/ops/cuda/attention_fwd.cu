@@ -51,10 +51,12 @@ bool forward_variant_uses_wgmma(const FwdVariant& v) {
 }
 
 // The first configuration for D that the device runs: wgmma ones only on sm_90 and unless the environment
-// variable FP4_ATTENTION_FWD is "mma" (the mma.sync kernel, kept as the fallback).
+// variable FP4_ATTENTION_FWD is "mma" (the mma.sync kernel, kept as the fallback); other values are errors.
 const FwdVariant& default_forward_variant(int D) {
   const char* choice = std::getenv("FP4_ATTENTION_FWD");
-  const bool mma_only = choice != nullptr && std::strcmp(choice, "mma") == 0;
+  const bool chosen = choice != nullptr && choice[0] != '\0';
+  const bool mma_only = chosen && std::strcmp(choice, "mma") == 0;
+  FP4_CHECK(!chosen || mma_only, "attention_forward: FP4_ATTENTION_FWD=", choice, " is not mma (or unset)");
   const bool wgmma_ok = !mma_only && device_has_wgmma();
   for (const FwdVariant& v : kFwdVariants)
     if (v.head_dim == D && (wgmma_ok || !forward_variant_uses_wgmma(v))) return v;
