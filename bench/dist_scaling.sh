@@ -4,7 +4,7 @@
 # overlapped with the backward and after it (dist.overlap=false), and the efficiency against one GPU.
 # Prints a Markdown table for docs/BENCHMARKS.md. About 3 minutes on 2 H200s with the defaults.
 # usage: bench/dist_scaling.sh [MODEL] [RECIPE...] (default: olmo2-370m bf16 tetrajet-v2-base)
-# env: B=build dir, DATA=prepared shards, STEPS, ROWS (per GPU), SEQ, MAX_GPUS, OUT (DEVICE=cpu: the
+# env: B=build dir, DATA=prepared shards, STEPS, ROWS (per GPU), SEQ, MAX_GPUS, RUN_TIMEOUT (s per run), OUT (DEVICE=cpu: the
 # same runs on the CPU engine over TCP, to check the script without a GPU)
 # Without DATA: data/shards-gpt2 when prepared, else a small GPT-2 set is prepared from data/corpus
 # (unpacked from .carry/corpus.tar.xz when needed) into data/shards-gpt2-small: speed does not depend
@@ -40,7 +40,11 @@ run() {
     --set train.eval_every=0 --set train.eval_batches=1 --set train.ckpt_every=0 --set train.keep_checkpoints=1
     --set "dist.overlap=$overlap" --out "$dir")
   [ "$n" -eq 1 ] || cmd=("$B/fp4train" launch --gpus "$n" -- "${cmd[@]}")
-  timeout 300 "${cmd[@]}" >"$dir.log" 2>&1 || return 0
+  local t=$SECONDS
+  timeout "${RUN_TIMEOUT:-120}" "${cmd[@]}" >"$dir.log" 2>&1
+  local rc=$?
+  echo "run $name: rc=$rc in $((SECONDS - t))s" >&2
+  [ $rc -eq 0 ] || return 0
   /usr/bin/env python3 -c "
 import json
 r = [json.loads(l)['tokens_per_s'] for l in open('$dir/metrics.jsonl') if '\"train\"' in l]
@@ -50,6 +54,11 @@ r = sorted(r[len(r) // 2:]); print(f'{r[len(r) // 2]:.0f}')" >"$dir.tps"
 tps_of() { cat "$out/$1.tps" 2>/dev/null; }
 
 t0=$SECONDS
+# Rows are printed as they complete, so a run cut short by a time limit still reports what it measured.
+echo "$MODEL, $STEPS steps, $ROWS x $SEQ tokens per GPU per step, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1):"
+echo
+echo "| recipe | GPUs | overlap | global batch | tokens/s | tokens/s per GPU | efficiency |"
+echo "|---|---:|---|---:|---:|---:|---:|"
 # The one-GPU baselines of the recipes run side by side, one per GPU (start-up dominates short runs).
 i=0
 for recipe in "${RECIPES[@]}"; do
@@ -61,10 +70,9 @@ for recipe in "${RECIPES[@]}"; do
   fi
 done
 wait
-rows=()
 for recipe in "${RECIPES[@]}"; do
   base=$(tps_of "$recipe-gpus1")
-  rows+=("| $recipe | 1 | - | $ROWS x $SEQ | ${base:-failed} | ${base:-} | 100% |")
+  echo "| $recipe | 1 | - | $ROWS x $SEQ | ${base:-failed} | ${base:-} | 100% |"
   for n in 2 4 8; do
     [ "$n" -le "$MAX_GPUS" ] || break
     for overlap in true false; do
@@ -73,19 +81,14 @@ for recipe in "${RECIPES[@]}"; do
       tps=$(tps_of "$name")
       [ "$overlap" = true ] && mode=on || mode=off
       if [ -z "$tps" ] || [ -z "$base" ]; then
-        rows+=("| $recipe | $n | $mode | $((ROWS * n)) x $SEQ | ${tps:-failed} | | |")
+        echo "| $recipe | $n | $mode | $((ROWS * n)) x $SEQ | ${tps:-failed} | | |"
         continue
       fi
       per=$((tps / n))
       eff=$(/usr/bin/env python3 -c "print(f'{100 * $per / $base:.1f}%')")
-      rows+=("| $recipe | $n | $mode | $((ROWS * n)) x $SEQ | $tps | $per | $eff |")
+      echo "| $recipe | $n | $mode | $((ROWS * n)) x $SEQ | $tps | $per | $eff |"
     done
   done
 done
-echo "$MODEL, $STEPS steps, $ROWS x $SEQ tokens per GPU per step, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1):"
-echo
-echo "| recipe | GPUs | overlap | global batch | tokens/s | tokens/s per GPU | efficiency |"
-echo "|---|---:|---|---:|---:|---:|---:|"
-printf '%s\n' "${rows[@]}"
 echo
 echo "$((SECONDS - t0))s; logs in $out (a failed run: $out/<recipe>-gpus<N>*.log)"

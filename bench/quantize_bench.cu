@@ -174,6 +174,32 @@ void run_size(int64_t mib, QuantIoType dtype, int runs, cudaStream_t stream) {
     const DualOperand c{aligned, rnd, q_cols.view(), nullptr, nullptr};
     quantize_dual_cuda(input(i), r, c, none, stream);
   });
+  if (dtype == QuantIoType::kBF16) {  // the gradient pairs (a BF16 dY, original source: the fast kernel's forms)
+    DeviceBuffer<uint16_t> deq_cols(n);
+    DequantOutput rows_bf16, cols_bf16;
+    rows_bf16.data = deq.data();
+    cols_bf16.data = deq_cols.data();
+    // TetraJet-v2's dY / dY^T, without and with the BF16 values of both (the backward GEMMs' operands).
+    const DualOperand r{b128_sr_rht, rnd, q_b128.view(), nullptr, nullptr};
+    const DualOperand c{b128_sr_rht, rnd, q_cols.view(), nullptr, nullptr};
+    time("dual dY b128 sr rht16 + ^T (codes only)", in_bytes + 2 * nvfp4_b128_out,
+         [&](int i) { quantize_dual_cuda(input(i), r, c, none, stream); });
+    time("dual dY b128 sr rht16 + ^T (+ bf16 both)", in_bytes + 2 * nvfp4_b128_out + 4.0 * n,
+         [&](int i) { quantize_dual_cuda(input(i), r, c, rows_bf16, cols_bf16, stream); });
+    // NVIDIA's dY / dY^T (tensor scales from amax values computed once, outside the timing).
+    QuantSpec tensor_sr = tensor_rtn;
+    tensor_sr.rounding = Rounding::kSr;
+    QuantSpec tensor_sr_rht = tensor_sr;
+    tensor_sr_rht.rht_n = 16;
+    Nvfp4DeviceTensor q_cols_tensor(cols, rows, BlockShape::k1x16, OuterScale::kTensor);
+    DeviceBuffer<float> amax2(2);
+    const DualOperand rn{tensor_sr, rnd, q_tensor.view(), amax2.data(), nullptr};
+    const DualOperand cn{tensor_sr_rht, rnd, q_cols_tensor.view(), amax2.data() + 1, nullptr};
+    amax_dual_cuda(input(0), rn, cn, amax2.data(), amax2.data() + 1, stream);
+    time("dual dY tensor sr + ^T rht16 (+ bf16 both)", in_bytes + 2 * nvfp4_tensor_out + 4.0 * n,
+         [&](int i) { quantize_dual_cuda(input(i), rn, cn, rows_bf16, cols_bf16, stream); });
+    FP4_CUDA_CHECK(cudaStreamSynchronize(stream));  // the buffers above leave scope
+  }
   time("mxfp8", in_bytes + n + n / 32.0, [&](int i) {
     quantize_mxfp8_cuda(input(i), Mxfp8DeviceView{mx_codes.data(), mx_scales.data(), rows, cols}, nullptr, stream);
   });
