@@ -10,7 +10,9 @@
 #   data         unpack .carry/corpus.tar.xz and prepare GPT-2 shards (data/shards-gpt2)
 #   quick        200 steps of olmo2-30m per recipe (speed and sanity)
 #   exp30m       olmo2-30m, $EXP_RECIPES (default all three), $EXP_STEPS steps (default 3052: 100M tokens),
-#                then the report; EXP_GROUPS="bf16,nvidia-nvfp4 tetrajet-v2-base" runs groups on GPUs 0, 1, ...
+#                seed $EXP_SEED (default 1), then the report; EXP_GROUPS="bf16,nvidia-nvfp4 tetrajet-v2-base"
+#                runs groups on GPUs 0, 1, ...
+#   exp70m       the same on olmo2-70m
 #   dist2        scripts/dist_gpu_check.sh 2 (needs two GPUs)
 #   distscale    bench/dist_scaling.sh olmo2-370m on 1 and 2 GPUs ($DIST_SCALE_RECIPES, default bf16 tetrajet-v2-base)
 #   normbench    norm_kernels_bench (RMSNorm, QK-norm+RoPE, SwiGLU against a D2D copy)
@@ -130,11 +132,11 @@ phase_data() {
     --tokenizer data/tokenizers/gpt2 --out data/shards-gpt2 --threads 16 >"$out/prepare.log" 2>&1
   note "data rc=$? $(tail -1 "$out/prepare.log" 2>/dev/null)"
 }
-train_recipe() {  # train_recipe RUN_DIR RECIPE STEPS EXTRA_SETS...
-  local dir=$1 recipe=$2 steps=$3
-  shift 3
+train_recipe() {  # train_recipe CONFIG RUN_DIR RECIPE STEPS EXTRA_SETS...
+  local config=$1 dir=$2 recipe=$3 steps=$4
+  shift 4
   local warm=$((steps / 10))
-  $B/fp4train train --config configs/runs/olmo2-30m.toml --recipe "$recipe" --out "$dir" \
+  $B/fp4train train --config "$config" --recipe "$recipe" --out "$dir" \
     --set train.steps=$steps --set optim.warmup=$warm --set train.ckpt_every=100000 "$@" >"$dir.log" 2>&1
   note "$recipe: rc=$? $(grep -E 'val ppl' "$dir.log" | tail -1)"
 }
@@ -142,38 +144,46 @@ phase_quick() {
   mkdir -p runs
   for r in bf16 nvidia-nvfp4 tetrajet-v2-base; do
     rm -rf runs/quick-$r
-    train_recipe runs/quick-$r $r 200 --set train.eval_every=100 --set train.eval_batches=8 --set train.log_every=50
+    train_recipe configs/runs/olmo2-30m.toml runs/quick-$r $r 200 --set train.eval_every=100 \
+      --set train.eval_batches=8 --set train.log_every=50
     grep -E "tok/s" runs/quick-$r.log | tail -2
   done
 }
-phase_exp30m() {
+# run_experiment SIZE DEFAULT_STEPS: the recipes on configs/runs/olmo2-SIZE.toml, same data, seed and schedule.
+# EXP_STEPS overrides the steps, EXP_SEED the seed (run directories get a -sSEED suffix), EXP_RECIPES splits
+# the experiment over several calls (each call's runs come back in runs-SIZE.tar.gz; the report is drawn where
+# all three metrics files are), EXP_GROUPS runs groups in parallel, one GPU each ("bf16,nvidia-nvfp4
+# tetrajet-v2-base": two GPUs).
+run_experiment() {
+  local size=$1 steps=${EXP_STEPS:-$2} seed=${EXP_SEED:-1}
+  local tag=$size
+  [ "$seed" = 1 ] || tag=$size-s$seed
   mkdir -p runs
-  local steps=${EXP_STEPS:-3052}
-  # EXP_RECIPES splits the experiment over several calls (each call's runs come back in runs-30m.tar.gz;
-  # the report is drawn where all three metrics files are).
-  # EXP_GROUPS runs groups in parallel, one GPU each ("bf16,nvidia-nvfp4 tetrajet-v2-base": two GPUs).
   local groups=${EXP_GROUPS:-$(echo "${EXP_RECIPES:-bf16 nvidia-nvfp4 tetrajet-v2-base}" | tr ' ' ',')}
   local gpu=0
   for g in $groups; do
     (
       export CUDA_VISIBLE_DEVICES=$gpu
       for r in ${g//,/ }; do
-        rm -rf runs/30m-$r
-        train_recipe runs/30m-$r $r "$steps" --set train.eval_every=$((steps / 8)) --set train.log_every=25
+        rm -rf runs/$tag-$r
+        train_recipe configs/runs/olmo2-$size.toml runs/$tag-$r $r "$steps" --set train.seed=$seed \
+          --set train.eval_every=$((steps / 8)) --set train.log_every=25
       done
     ) &
     gpu=$((gpu + 1))
   done
   wait
-  grep -h "val ppl" runs/30m-*.log | tail -3
-  if [ -f runs/30m-bf16/metrics.jsonl ] && [ -f runs/30m-nvidia-nvfp4/metrics.jsonl ] &&
-    [ -f runs/30m-tetrajet-v2-base/metrics.jsonl ]; then
-    $B/fp4train report runs/30m-bf16 runs/30m-nvidia-nvfp4 runs/30m-tetrajet-v2-base --svg "$out/olmo2-30m.svg" \
-      --title "olmo2-30m, $steps steps x 32k tokens" >"$out/olmo2-30m.md" 2>>"$out/report.log"
-    cat "$out/olmo2-30m.md"
+  grep -h "val ppl" runs/$tag-*.log | tail -3
+  if [ -f runs/$tag-bf16/metrics.jsonl ] && [ -f runs/$tag-nvidia-nvfp4/metrics.jsonl ] &&
+    [ -f runs/$tag-tetrajet-v2-base/metrics.jsonl ]; then
+    $B/fp4train report runs/$tag-bf16 runs/$tag-nvidia-nvfp4 runs/$tag-tetrajet-v2-base --svg "$out/olmo2-$tag.svg" \
+      --title "olmo2-$size, seed $seed, $steps steps x 32k tokens" >"$out/olmo2-$tag.md" 2>>"$out/report.log"
+    cat "$out/olmo2-$tag.md"
   fi
-  tar czf "$out/runs-30m.tar.gz" runs/30m-*/metrics.jsonl runs/30m-*/config.json runs/30m-*/recipe.toml runs/30m-*.log
+  tar czf "$out/runs-$tag.tar.gz" runs/$tag-*/metrics.jsonl runs/$tag-*/config.json runs/$tag-*/recipe.toml runs/$tag-*.log
 }
+phase_exp30m() { run_experiment 30m 3052; }  # 100M tokens
+phase_exp70m() { run_experiment 70m 3052; }  # 100M tokens
 
 phase_dist2() {  # the two-GPU data-parallel checks (scripts/dist_gpu_check.sh), when the GPUs are there
   local n
