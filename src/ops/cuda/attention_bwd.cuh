@@ -174,6 +174,28 @@ __device__ __forceinline__ void bwd_dq(float* dq_accum, const bf16* ds_tile, con
   }
 }
 
+// Epilogue of every backward kernel: this warp's 16 keys (wkey0 ..) of dK = scale * dS^T Q and dV = P^T dO
+// as BF16, keys < T; dk[j] / dv[j] hold head dims 8j .. 8j+7 (the mma/wgmma accumulator layout).
+template <int kD>
+__device__ __forceinline__ void store_dk_dv(const BwdParams& p, const FragC (&dk)[kD / 8], const FragC (&dv)[kD / 8],
+                                            int wkey0, int64_t tok0, int h, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key = wkey0 + g + half * 8;
+    if (key >= p.T) continue;
+    bf16* dk_row = p.dk + (tok0 + key) * p.ld_dqkv + h * kD + 2 * t;
+    bf16* dv_row = p.dv + (tok0 + key) * p.ld_dqkv + h * kD + 2 * t;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      *reinterpret_cast<__nv_bfloat162*>(dk_row + j * 8) =
+          __floats2bfloat162_rn(dk[j].x[2 * half] * p.scale, dk[j].x[2 * half + 1] * p.scale);
+      *reinterpret_cast<__nv_bfloat162*>(dv_row + j * 8) =
+          __floats2bfloat162_rn(dv[j].x[2 * half], dv[j].x[2 * half + 1]);
+    }
+  }
+}
+
 // Grid: x = batch*head, y = key tile (tile 0, with the most query tiles, first).
 template <int kD, int kWarps, int kBlockM, int kMinBlocks>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) attention_bwd_kernel(const BwdParams p) {
@@ -264,22 +286,24 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) attention_bwd_kernel(
     __syncthreads();  // stage and dS^T free for the next step
   }
 
-  // Epilogue: dK = scale * dS^T Q, dV = P^T dO, BF16, keys < T.
-  const int g = lane >> 2, t = lane & 3;
+  store_dk_dv<kD>(p, dk, dv, wkey0, tok0, h, lane);
+}
+
+// One lane's share of Delta: sum of dO * O over the 8 BF16 elements at offset off (16-byte loads).
+__device__ __forceinline__ float delta_part(const bf16* out, const bf16* dout, int64_t off) {
+  const uint4 ow = *reinterpret_cast<const uint4*>(out + off);
+  const uint4 dw = *reinterpret_cast<const uint4*>(dout + off);
+  const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&ow);
+  const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&dw);
+  float sum = 0.f;
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int key = wkey0 + g + half * 8;
-    if (key >= p.T) continue;
-    bf16* dk_row = p.dk + (tok0 + key) * p.ld_dqkv + h * kD + 2 * t;
-    bf16* dv_row = p.dv + (tok0 + key) * p.ld_dqkv + h * kD + 2 * t;
-#pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      *reinterpret_cast<__nv_bfloat162*>(dk_row + j * 8) =
-          __floats2bfloat162_rn(dk[j].x[2 * half] * p.scale, dk[j].x[2 * half + 1] * p.scale);
-      *reinterpret_cast<__nv_bfloat162*>(dv_row + j * 8) =
-          __floats2bfloat162_rn(dv[j].x[2 * half], dv[j].x[2 * half + 1]);
-    }
+  for (int i = 0; i < 4; ++i) {
+    const float2 of = __bfloat1622float2(o2[i]);
+    const float2 df = __bfloat1622float2(d2[i]);
+    sum = fmaf(of.x, df.x, sum);
+    sum = fmaf(of.y, df.y, sum);
   }
+  return sum;
 }
 
 // Delta[b][h][t] = sum_d dO * O (FP32) for one (token, head) row per kD/8 lanes; 16-byte loads.
@@ -293,21 +317,7 @@ __global__ void attention_bwd_delta_kernel(const bf16* out, const bf16* dout, in
   const int part = static_cast<int>(gid % kLanes);
   const int64_t tok = row / H;
   const int h = static_cast<int>(row % H);
-  float sum = 0.f;
-  if (row < rows) {
-    const int64_t off = tok * ld_out + h * kD + part * 8;
-    const uint4 ow = *reinterpret_cast<const uint4*>(out + off);
-    const uint4 dw = *reinterpret_cast<const uint4*>(dout + off);
-    const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&ow);
-    const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&dw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 of = __bfloat1622float2(o2[i]);
-      const float2 df = __bfloat1622float2(d2[i]);
-      sum = fmaf(of.x, df.x, sum);
-      sum = fmaf(of.y, df.y, sum);
-    }
-  }
+  float sum = row < rows ? delta_part(out, dout, tok * ld_out + h * kD + part * 8) : 0.f;
 #pragma unroll
   for (int off = kLanes / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, off);
   if (row < rows && part == 0) {

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "ops/cuda/attention_tiles.cuh"
+#include "ops/cuda/attention_bwd.cuh"
 
 namespace fp4::cuda::attn {
 
@@ -28,18 +28,7 @@ __global__ void attention_bwd_prep_kernel(const bf16* out, const bf16* dout, int
   const int64_t head_row = (bi * H + h) * T + ti;  // row of the [B][H][T] layouts
   float sum = 0.f;
   if (row < rows) {
-    const int64_t off = tok * ld_out + h * kD + part * 8;
-    const uint4 ow = *reinterpret_cast<const uint4*>(out + off);
-    const uint4 dw = *reinterpret_cast<const uint4*>(dout + off);
-    const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&ow);
-    const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&dw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 of = __bfloat1622float2(o2[i]);
-      const float2 df = __bfloat1622float2(d2[i]);
-      sum = fmaf(of.x, df.x, sum);
-      sum = fmaf(of.y, df.y, sum);
-    }
+    sum = delta_part(out, dout, tok * ld_out + h * kD + part * 8);
     float4* acc = reinterpret_cast<float4*>(dq_accum + head_row * kD + part * 8);
     acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
     acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);

@@ -302,22 +302,7 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_pipe_kernel(const 
   fence_accumulators(dk);
   fence_accumulators(dv);
 
-  // Epilogue: dK = scale * dS^T Q, dV = P^T dO, BF16, keys < T.
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int key = wkey0 + g + half * 8;
-    if (key >= p.T) continue;
-    bf16* dk_row = p.dk + (tok0 + key) * p.ld_dqkv + h * kD + 2 * t;
-    bf16* dv_row = p.dv + (tok0 + key) * p.ld_dqkv + h * kD + 2 * t;
-#pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      *reinterpret_cast<__nv_bfloat162*>(dk_row + j * 8) =
-          __floats2bfloat162_rn(dk[j].x[2 * half] * p.scale, dk[j].x[2 * half + 1] * p.scale);
-      *reinterpret_cast<__nv_bfloat162*>(dv_row + j * 8) =
-          __floats2bfloat162_rn(dv[j].x[2 * half], dv[j].x[2 * half + 1]);
-    }
-  }
+  store_dk_dv<kD>(p, dk, dv, wkey0, tok0, h, lane);
 #else
   __trap();  // never launched: the host checks for an sm_90 device first
 #endif
