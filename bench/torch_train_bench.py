@@ -146,13 +146,13 @@ def train_step(step_fn, model, opt, tokens, targets, autocast):
     return loss
 
 
-def bench_torch(cfg, batch, seq, steps, warmup):
+def bench_torch(cfg, batch, seq, steps, warmup, compile_mode="default"):
     """Returns (tokens/s, ms/step, peak allocated GiB, peak reserved GiB, last loss)."""
     torch.manual_seed(0)
     dev = torch.device("cuda")
     model = Olmo2(*CONFIGS[cfg], seq=seq).to(dev)
     opt = make_optimizer(model, fused=True)
-    compiled = torch.compile(model, mode="default", dynamic=False)
+    compiled = torch.compile(model, mode=compile_mode, dynamic=False)
     tokens = torch.randint(0, VOCAB_REAL, (batch, seq), device=dev)
     targets = torch.randint(0, VOCAB_REAL, (batch, seq), device=dev)
     for _ in range(warmup):
@@ -264,6 +264,9 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--recipes", default="bf16", help="passed to train_bench; bf16 is compared with torch")
+    ap.add_argument("--compile-mode", default="default",
+                    choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
+                    help="torch.compile mode of the PyTorch side (the strongest baseline may differ by size)")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny FP32 model on the CPU, no GPU needed")
     args = ap.parse_args()
     if args.cpu_smoke:
@@ -280,13 +283,15 @@ def main():
         print(f"torch_train_bench: {exe} not found (build the train_bench target)", file=sys.stderr)
         return 1
     print(f"torch_train_bench: torch {torch.__version__} on {torch.cuda.get_device_name()}, "
-          f"B{args.batch} T{args.seq}, {args.warmup} warm-up + {args.steps} timed steps", flush=True)
+          f"B{args.batch} T{args.seq}, {args.warmup} warm-up + {args.steps} timed steps, "
+          f"torch.compile mode {args.compile_mode}", flush=True)
     table = []
     for cfg in configs:
         fp4_rows = bench_fp4(exe, cfg, args.batch, args.seq, args.steps, args.warmup, args.recipes)
         for r in fp4_rows:
             print("  " + r["line"], flush=True)
-        tps, ms, peak, reserved, last = bench_torch(cfg, args.batch, args.seq, args.steps, args.warmup)
+        tps, ms, peak, reserved, last = bench_torch(cfg, args.batch, args.seq, args.steps, args.warmup,
+                                                    args.compile_mode)
         print(f"  torch: {cfg}: {tps:,.0f} tokens/s, {ms:.2f} ms/step, peak allocated {peak:.2f} GiB "
               f"(reserved {reserved:.2f} GiB), last loss {last:.4f}", flush=True)
         base = next((r for r in fp4_rows if r["recipe"] == "bf16"), None)
