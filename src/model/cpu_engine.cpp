@@ -102,6 +102,11 @@ class CpuEngine final : public TrainingEngine, public OutControlSource {
     }
     opt_->step(params, hyper);
     if (comm_) comm_->all_gather(params.values().data(), shards_);
+    if (LoraSvd* lora = model_.lora_svd(); lora && lora->realigns_after(step)) {
+      // Every rank holds the same parameters now, so each realigns alike; moments reset on each shard.
+      lora->realign(params, seed_, step / lora->config().realign_every);
+      opt_->reset_moments(lora->factor_ranges(params));
+    }
     return stats;
   }
 

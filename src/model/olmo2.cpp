@@ -19,6 +19,10 @@ Olmo2Model::Olmo2Model(const ModelConfig& cfg, const Recipe& recipe) : cfg_(cfg)
     out_control_ = std::make_unique<OutControl>(recipe.out_control);
     quant_ctx_.out_control = out_control_.get();
   }
+  if (recipe.lora_svd.enabled) {
+    lora_svd_ = std::make_unique<LoraSvd>(recipe.lora_svd);
+    quant_ctx_.lora_svd = lora_svd_.get();
+  }
   embed_ = params_.add("embed", {v, d}, false, ParamInit::kNormal);
   for (int l = 0; l < cfg_.n_layers; ++l)
     blocks_.push_back(std::make_unique<Block>(params_, cfg_, recipe, l, &quant_ctx_));
@@ -35,6 +39,7 @@ void Olmo2Model::init_parameters(uint64_t seed) {
     else
       init_truncated_normal(w, cfg_.init_std, seed, static_cast<uint32_t>(i));
   }
+  if (lora_svd_) lora_svd_->initialize(params_, seed);  // W_res = W minus its top-r part
 }
 
 void Olmo2Model::resize(int b, int t) {

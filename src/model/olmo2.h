@@ -10,6 +10,7 @@
 
 #include "model/config.h"
 #include "nn/block.h"
+#include "nn/lora_svd_linear.h"
 #include "nn/parameters.h"
 #include "nn/workspace.h"
 #include "ops/ops.h"
@@ -28,7 +29,7 @@ class Olmo2Model {
   const ParameterSet& params() const { return params_; }
 
   // Truncated normal (std cfg.init_std) for matrices, ones for norm weights; parameter i draws from
-  // the RNG stream of (seed, i).
+  // the RNG stream of (seed, i). With LoRA-SVD the factors then take each weight's top-r part.
   void init_parameters(uint64_t seed);
 
   // The quantized linears' random streams: the run seed and a per-forward call index, which the engine
@@ -37,6 +38,8 @@ class Olmo2Model {
   // OutControl's registry of the quantized linears, when the recipe enables it (else nullptr).
   OutControl* out_control() { return out_control_.get(); }
   const OutControl* out_control() const { return out_control_.get(); }
+  // LoRA-SVD's registry of the quantized linears, when the recipe enables it (else nullptr).
+  LoraSvd* lora_svd() { return lora_svd_.get(); }
 
   // Forward through the final norm for tokens [b][t] (checked against the vocabulary and max_seq_len).
   void forward(const int32_t* tokens, int b, int t);
@@ -62,6 +65,7 @@ class Olmo2Model {
   ModelConfig cfg_;
   QuantContext quant_ctx_;
   std::unique_ptr<OutControl> out_control_;
+  std::unique_ptr<LoraSvd> lora_svd_;
   ParameterSet params_;
   int embed_ = -1;
   std::vector<std::unique_ptr<Block>> blocks_;

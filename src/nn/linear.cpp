@@ -1,6 +1,7 @@
 #include "nn/linear.h"
 
 #include "core/error.h"
+#include "nn/lora_svd_linear.h"
 #include "ops/ops.h"
 
 namespace fp4 {
@@ -72,6 +73,7 @@ std::unique_ptr<Linear> make_linear(ParameterSet& params, const LinearSpec& spec
   if (spec.policy.quantized()) {
     FP4_CHECK(spec.quant_ctx != nullptr, "linear ", spec.name, ": recipe ", spec.recipe_name,
               " quantizes it but the model gave it no quantization context");
+    if (spec.quant_ctx->lora_svd) return make_lora_svd_linear(params, spec, *spec.quant_ctx->lora_svd);
     return std::make_unique<QuantizedLinear>(params, spec);
   }
   return std::make_unique<DenseLinear>(params, spec);

@@ -11,12 +11,15 @@
 
 namespace fp4 {
 
+class LoraSvd;
+
 // Where a layer's random bits come from: the run seed, the layer's id and a call counter that the engine
 // advances once per forward (per micro-batch), so a resumed run draws the same bits.
 struct QuantContext {
   uint64_t seed = 0;
   uint64_t call = 0;
   OutControl* out_control = nullptr;  // the model's OutControl registry, when the recipe enables it
+  LoraSvd* lora_svd = nullptr;        // the model's LoRA-SVD registry, when the recipe enables it
 };
 
 // RNG purposes inside one call of one layer.

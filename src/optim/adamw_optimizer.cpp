@@ -37,6 +37,17 @@ std::vector<StateTensor> AdamWOptimizer::save_state(const ParameterSet& ps) cons
   return out;
 }
 
+void AdamWOptimizer::reset_moments(const std::vector<IndexRange>& ranges) {
+  const IndexRange shard = adam_.shard();
+  for (const IndexRange& r : ranges) {
+    const int64_t lo = std::max(r.begin, shard.begin), hi = std::min(r.end, shard.end);
+    if (lo >= hi) continue;
+    const auto from = static_cast<size_t>(lo - shard.begin), n = static_cast<size_t>(hi - lo);
+    std::fill_n(adam_.first_moment().begin() + static_cast<std::ptrdiff_t>(from), n, 0.0f);
+    std::fill_n(adam_.second_moment().begin() + static_cast<std::ptrdiff_t>(from), n, 0.0f);
+  }
+}
+
 // Whatever world size wrote the state, this rank keeps the moments of its shard.
 void AdamWOptimizer::load_state(const StateIndex& index, const ParameterSet& ps) {
   FP4_CHECK(index.has(kAdamStepName) || !index.has("qadamw.step"), "load_state: the state holds Q-AdamW moments ",

@@ -18,6 +18,7 @@ class AdamWOptimizer final : public Optimizer {
   std::vector<StateTensor> save_state(const ParameterSet& params) const override;
   void load_state(const StateIndex& index, const ParameterSet& params) override;
   int64_t state_bytes() const override;
+  void reset_moments(const std::vector<IndexRange>& ranges) override;
 
  private:
   std::vector<float> full_moment(std::span<const float> shard_state, int64_t numel) const;

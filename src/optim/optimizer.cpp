@@ -14,6 +14,11 @@ IndexRange OptimizerPlacement::shard(int64_t numel) const {
   return shards[static_cast<size_t>(comm->rank())];
 }
 
+void Optimizer::reset_moments(const std::vector<IndexRange>& ranges) {
+  (void)ranges;
+  FP4_THROW("optimizer ", name(), " cannot reset the moments of selected parameters (lora_svd needs adamw)");
+}
+
 bool is_known_optimizer(const std::string& name) {
   return name == "adamw" || name == "q-adamw" || name == "root" || name == "q-root";
 }

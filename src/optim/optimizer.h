@@ -41,6 +41,10 @@ class Optimizer {
   virtual void load_state(const StateIndex& index, const ParameterSet& params) = 0;
 
   virtual int64_t state_bytes() const = 0;  // memory of this rank's state (moments)
+
+  // Zeroes the state of the elements in `ranges` (flat-buffer ranges; the parts in this rank's shard), as
+  // LoRA-SVD's realignment does for its factors. Optimizers without it throw fp4::Error naming themselves.
+  virtual void reset_moments(const std::vector<IndexRange>& ranges);
 };
 
 // "adamw", "q-adamw", "root" (ROOT, FP32 Newton-Schulz) or "q-root" (NVFP4 NS operands); throws

@@ -58,6 +58,15 @@ struct AttentionConfig {
   bool q_attn = false;
 };
 
+// LoRA-SVD projections (RECIPES.md section 8.1; nn/lora_svd.h): each quantized linear holds W = W_res + beta L2 L1,
+// the low-rank path in high precision, realigned by a randomized SVD every realign_every steps. Off unless enabled.
+struct LoraSvdConfig {
+  bool enabled = false;
+  int rank = 32;               // r: L2 [out x r], L1 [r x in]; must stay below min(in, out) of every layer
+  double beta = 1.0;           // scale of the low-rank path (finite, nonzero)
+  int realign_every = 2048;    // optimizer steps between realignments
+};
+
 struct Recipe {
   std::string name = "bf16";
   std::string description;
@@ -67,6 +76,7 @@ struct Recipe {
   OsciResetConfig osci_reset;
   OutControlConfig out_control;
   AttentionConfig attention;
+  LoraSvdConfig lora_svd;
 
   // The policy for linear `kind` of block `layer` in a model of `n_layers` blocks.
   LinearPolicy policy_for(int layer, int n_layers, LinearKind kind) const;

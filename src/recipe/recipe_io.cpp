@@ -142,6 +142,27 @@ void set_attention_field(AttentionConfig& c, const std::string& field, const std
   c.q_attn = value == "true";
 }
 
+void set_lora_svd_field(LoraSvdConfig& c, const std::string& field, const std::string& value,
+                        const std::string& where) {
+  char* end = nullptr;
+  if (field == "enabled") {
+    FP4_CHECK(value == "true" || value == "false", where, ": expected true or false, got '", value, "'");
+    c.enabled = value == "true";
+  } else if (field == "rank" || field == "realign_every") {
+    const long v = std::strtol(value.c_str(), &end, 10);
+    FP4_CHECK(!value.empty() && *end == '\0' && v >= 1 && v <= 1'000'000'000, where, ": expected a positive ",
+              field == "rank" ? "rank" : "number of steps", ", got '", value, "'");
+    (field == "rank" ? c.rank : c.realign_every) = static_cast<int>(v);
+  } else if (field == "beta") {
+    const double v = std::strtod(value.c_str(), &end);
+    FP4_CHECK(!value.empty() && *end == '\0' && std::isfinite(v) && v != 0, where,
+              ": expected a finite nonzero number, got '", value, "'");
+    c.beta = v;
+  } else {
+    FP4_THROW(where, ": unknown key (expected enabled, rank, beta, realign_every)");
+  }
+}
+
 void set_rht_signs(Recipe& r, const std::string& v, const std::string& where) {
   FP4_CHECK(v == "fixed" || v == "per_call", where, ": expected 'fixed' or 'per_call', got '", v, "'");
   r.linear.rht_fresh_signs = v == "per_call";
@@ -241,10 +262,17 @@ Recipe parse_recipe(const std::string& text, const std::string& origin) {
         const std::string aw = origin + ": 'attention." + std::string(ak.str()) + "'";
         set_attention_field(r.attention, std::string(ak.str()), node_text(anode, aw), aw);
       }
+    } else if (key == "lora_svd") {
+      const toml::table* lt = node.as_table();
+      FP4_CHECK(lt, where, ": expected a table");
+      for (const auto& [lk, lnode] : *lt) {
+        const std::string lw = origin + ": 'lora_svd." + std::string(lk.str()) + "'";
+        set_lora_svd_field(r.lora_svd, std::string(lk.str()), node_text(lnode, lw), lw);
+      }
     } else {
       FP4_THROW(origin, ": unknown key '", key,
                 "' (expected name, description, optimizer, bf16_layers, linear, osci_reset, out_control, "
-                "attention)");
+                "attention, lora_svd)");
     }
   }
   FP4_CHECK(!r.name.empty(), origin, ": missing 'name'");
@@ -265,6 +293,7 @@ void apply_recipe_override(Recipe& r, const std::string& assignment) {
   else if (key.rfind("osci_reset.", 0) == 0) set_osci_field(r.osci_reset, key.substr(11), value, where);
   else if (key.rfind("out_control.", 0) == 0) set_out_control_field(r.out_control, key.substr(12), value, where);
   else if (key.rfind("attention.", 0) == 0) set_attention_field(r.attention, key.substr(10), value, where);
+  else if (key.rfind("lora_svd.", 0) == 0) set_lora_svd_field(r.lora_svd, key.substr(9), value, where);
   else if (key.rfind("linear.", 0) == 0) {
     const std::string rest = key.substr(7);
     const auto dot = rest.find('.');
@@ -273,7 +302,8 @@ void apply_recipe_override(Recipe& r, const std::string& assignment) {
     set_spec_field(r.linear.q[op], rest.substr(dot + 1), value, where);
   } else {
     FP4_THROW(where, ": unknown key '", key, "' (expected name, optimizer, bf16_layers, linear.rht_signs, ",
-              "linear.q1..q6.<field>, osci_reset.<field>, out_control.<field>, attention.q_attn)");
+              "linear.q1..q6.<field>, osci_reset.<field>, out_control.<field>, attention.q_attn, ",
+              "lora_svd.<field>)");
   }
 }
 
@@ -339,6 +369,17 @@ void validate(const Recipe& r) {
               ": out_control needs Q4 (W^T) and Q6 (X^T) re-quantized (source aligned or original): reuse would ",
               "multiply the MXFP8 channels without re-quantizing them");
   }
+  const LoraSvdConfig& l = r.lora_svd;
+  if (l.enabled) {
+    // The per-layer bound rank < min(in, out) is checked where the layers are built (it needs the model).
+    FP4_CHECK(l.rank >= 1, name, ": lora_svd.rank (", l.rank, ") must be at least 1");
+    FP4_CHECK(l.realign_every >= 1, name, ": lora_svd.realign_every (", l.realign_every, ") must be at least 1");
+    FP4_CHECK(std::isfinite(l.beta) && l.beta != 0, name, ": lora_svd.beta (", l.beta,
+              ") must be finite and nonzero");
+    FP4_CHECK(p.quantized(), name, ": lora_svd protects the quantized linears, but this recipe quantizes none");
+    FP4_CHECK(r.optimizer == "adamw", name, ": lora_svd resets the optimizer moments of its factors at each ",
+              "realignment, which only optimizer adamw implements (got '", r.optimizer, "')");
+  }
 }
 
 Recipe load_recipe(const std::string& name_or_path, const std::vector<std::string>& overrides) {
@@ -391,6 +432,11 @@ std::string to_toml(const Recipe& r) {
        << "\nratio = " << float_text(c.ratio) << "\nround_to = " << c.round_to << "\n";
   }
   if (r.attention.q_attn) os << "\n[attention]\nq_attn = true\n";  // only when on, as above
+  if (r.lora_svd.enabled) {  // only when on, as above
+    const LoraSvdConfig& l = r.lora_svd;
+    os << "\n[lora_svd]\nenabled = true\nrank = " << l.rank << "\nbeta = " << float_text(l.beta)
+       << "\nrealign_every = " << l.realign_every << "\n";
+  }
   return os.str();
 }
 

@@ -91,6 +91,8 @@ class CudaEngine final : public TrainingEngine, public GradientProbe, public Gra
               "channels) runs on the CPU engine only so far; use the cpu device or set out_control.enabled=false");
     FP4_CHECK(!recipe.attention.q_attn, "recipe ", recipe.name, ": attention.q_attn (NVFP4 attention) runs on ",
               "the CPU engine only so far; use the cpu device or set attention.q_attn=false");
+    FP4_CHECK(!recipe.lora_svd.enabled, "recipe ", recipe.name, ": lora_svd (LoRA-SVD projections) runs on the ",
+              "CPU engine only so far; use the cpu device or set lora_svd.enabled=false");
     cudaDeviceProp prop{};
     FP4_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     device_name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
