@@ -8,6 +8,7 @@
 #include "report/report.h"
 #include "train/commands.h"
 #include "train/engine_factory.h"
+#include "train/export_hf.h"
 #ifdef FP4_HAVE_CUDA
 #include "model/cuda/cuda_engine.h"
 #endif
@@ -79,6 +80,26 @@ void add_sample(CLI::App& app, fp4::SampleArgs& a) {
   cmd->add_option("--tokenizer", a.tokenizer, "tokenizer spec (default: the run's)");
 }
 
+void add_export(CLI::App& app, fp4::ExportArgs& a) {
+  auto* cmd = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory (docs/EXPORT.md)");
+  cmd->option_defaults()->always_capture_default();  // show defaults in --help
+  cmd->add_option("--checkpoint", a.checkpoint, "checkpoint directory, or a run directory (its latest)")
+      ->required();
+  cmd->add_option("--out", a.out, "output directory (must be empty or absent unless --force)")->required();
+  cmd->add_option("--format", a.format, "output format (hf: transformers' Olmo2ForCausalLM)");
+  cmd->add_option("--dtype", a.dtype, "weight dtype in model.safetensors: f32 or bf16 (round to nearest even)");
+  cmd->add_option("--tokenizer", a.tokenizer, "tokenizer spec (default: the run's)");
+  cmd->add_flag("--force", a.force, "replace a non-empty --out directory");
+}
+
+void run_export(const fp4::ExportArgs& a) {
+  const auto r = fp4::export_command(a);
+  for (const auto& note : r.notes) std::fprintf(stderr, "note: %s\n", note.c_str());
+  std::string files;
+  for (const auto& f : r.files) files += (files.empty() ? "" : ", ") + f;
+  std::printf("exported %s -> %s (%s)\n", r.checkpoint.string().c_str(), r.out.string().c_str(), files.c_str());
+}
+
 struct ReportArgs {
   std::vector<std::string> runs;
   fp4::ReportOptions options;
@@ -136,6 +157,8 @@ int main(int argc, char** argv) {
   add_prepare(app, prepare);
   add_eval(app, eval);
   add_sample(app, sample);
+  fp4::ExportArgs export_args;
+  add_export(app, export_args);
   ReportArgs report;
   add_report(app, report);
   fp4::LaunchOptions launch;
@@ -152,6 +175,8 @@ int main(int argc, char** argv) {
       fp4::eval_command(eval);
     else if (app.got_subcommand("sample"))
       fp4::sample_command(sample);
+    else if (app.got_subcommand("export"))
+      run_export(export_args);
     else if (app.got_subcommand("report"))
       report_command(report);
     else if (app.got_subcommand("launch"))
