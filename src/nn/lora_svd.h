@@ -14,9 +14,10 @@ namespace fp4 {
 // U [rows x r] with orthonormal columns and col(U) = col(a) for a [rows x r], r <= rows: Cholesky-QR in
 // FP32 done twice (G = A^T A, R = chol(G), A <- A R^-1). When the first Gram matrix is too ill-conditioned
 // for an FP32 Cholesky, that pass uses the shifted Gram G + s I (s from the FP32 rounding bound), which
-// keeps col(U) and leaves U conditioned well enough for two more unshifted passes. A rank-deficient `a`
-// (columns that no shift can separate) falls back to Gram-Schmidt twice in double, with a zero column of U
-// for each direction `a` lacks; an all-zero `a` gives U = 0.
+// keeps col(U) and leaves U conditioned well enough for two more unshifted passes. For an `a` that is
+// rank-deficient at FP32 precision, U still has orthonormal columns and col(a) inside col(U), its extra
+// directions set by rounding; when the passes cannot produce an orthonormal U it falls back to Gram-Schmidt
+// twice in double, with a zero column for each direction `a` lacks. An all-zero `a` gives U = 0.
 std::vector<float> cholesky_qr2(const float* a, int rows, int r);
 
 // p [out x in] = U (U^T g): the component of g [out x in] in col(U), U [out x r] orthonormal columns.
