@@ -94,7 +94,7 @@ phase_buildq() { configure_and_build quantize_bench train_bench; }
 phase_buildlite() { configure_and_build fp4train train_bench; }  # what training and the recipe bench need
 phase_recipebench() {
   for cfg in ${RB_CONFIGS:-olmo2-70m olmo2-370m}; do
-    timeout 100 $B/train_bench --config $cfg --steps 5 --warmup 2 --recipes bf16,nvidia-nvfp4,tetrajet-v2-base \
+    timeout 150 $B/train_bench --config $cfg --steps 20 --warmup 3 --recipes bf16,nvidia-nvfp4,tetrajet-v2-base \
       >>"$out/train_bench.log" 2>&1
   done
   note "train_bench done"
