@@ -7,6 +7,7 @@
 #   tests        test_cuda
 #   torch        tests/reference/check_torch_cuda.py (gradients at init, 300-step curves vs PyTorch)
 #   bench        train_bench (recipes vs bf16) and bench/torch_train_bench.py (fp4train vs PyTorch)
+#   torchbench   bench/torch_train_bench.py alone, $TORCH_BENCH_ARGS passed on (e.g. --compile-mode max-autotune)
 #   data         unpack .carry/corpus.tar.xz and prepare GPT-2 shards (data/shards-gpt2)
 #   quick        200 steps of olmo2-30m per recipe (speed and sanity)
 #   exp30m       olmo2-30m, $EXP_RECIPES (default all three), $EXP_STEPS steps (default 3052: 100M tokens),
@@ -117,11 +118,17 @@ phase_bench() {
   done
   note "train_bench done"
   grep "^train_bench:" "$out/train_bench.log"
-  if [ -f bench/torch_train_bench.py ]; then
-    timeout 330 python3 bench/torch_train_bench.py --build-dir $B >"$out/torch_train_bench.log" 2>&1
-    note "torch_train_bench rc=$?"
-    tail -8 "$out/torch_train_bench.log"
-  fi
+  phase_torchbench
+}
+# fp4train vs PyTorch tokens/s (bench/torch_train_bench.py); TORCH_BENCH_ARGS adds options, e.g.
+# "--compile-mode max-autotune --steps 8 --warmup 3" (each mode's log is kept apart).
+phase_torchbench() {
+  local tag
+  tag=$(echo "${TORCH_BENCH_ARGS:-}" | grep -oE -- "--compile-mode [a-z-]+" | awk '{print "-" $2}')
+  timeout 330 python3 bench/torch_train_bench.py --build-dir $B ${TORCH_BENCH_ARGS:-} \
+    >"$out/torch_train_bench$tag.log" 2>&1
+  note "torch_train_bench$tag rc=$?"
+  tail -8 "$out/torch_train_bench$tag.log"
 }
 phase_data() {
   mkdir -p data
