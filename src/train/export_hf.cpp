@@ -177,19 +177,60 @@ nlohmann::json hf_generation_config(const ModelConfig& cfg, const HfTokenIds& id
   return j;
 }
 
+std::vector<StateTensor> merge_low_rank(const std::vector<StateTensor>& params, double beta,
+                                        const std::string& origin) {
+  auto find = [&](const std::string& name) -> const StateTensor* {
+    for (const auto& t : params)
+      if (t.name == name) return &t;
+    return nullptr;
+  };
+  std::vector<StateTensor> out;
+  for (const auto& t : params) {
+    for (const char* suffix : {".lora_l1", ".lora_l2"})
+      if (t.name.ends_with(suffix)) {
+        const std::string base = t.name.substr(0, t.name.size() - std::strlen(suffix));
+        FP4_CHECK(find(base) && find(base + ".lora_l1") && find(base + ".lora_l2"), origin, ": ", t.name,
+                  " needs ", base, ", ", base, ".lora_l1 and ", base, ".lora_l2");
+      }
+    if (t.name.ends_with(".lora_l1") || t.name.ends_with(".lora_l2")) continue;
+    const StateTensor* l1 = find(t.name + ".lora_l1");
+    const StateTensor* l2 = find(t.name + ".lora_l2");
+    if (!l1 || !l2) {
+      out.push_back(t);
+      continue;
+    }
+    FP4_CHECK(t.shape.size() == 2 && l1->shape.size() == 2 && l2->shape.size() == 2 &&
+                  l1->shape[1] == t.shape[1] && l2->shape[0] == t.shape[0] && l2->shape[1] == l1->shape[0],
+              origin, ": LoRA-SVD factors of ", t.name, " ", shape_str(t.shape), " do not chain: lora_l2 ",
+              shape_str(l2->shape), " x lora_l1 ", shape_str(l1->shape));
+    const int64_t rows = t.shape[0], cols = t.shape[1], r = l1->shape[0];
+    const auto w = f32_values(t), a = f32_values(*l1), b = f32_values(*l2);
+    std::vector<float> merged(w.size());
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        double low = 0;
+        for (int64_t k = 0; k < r; ++k) low += static_cast<double>(b[i * r + k]) * a[k * cols + j];
+        merged[i * cols + j] = static_cast<float>(w[i * cols + j] + beta * low);
+      }
+    out.push_back(make_f32_tensor(t.name, t.shape, merged));
+  }
+  return out;
+}
+
 std::string hf_recipe_note(const Recipe& recipe, int n_layers) {
-  FP4_CHECK(!recipe.lora_svd.enabled, "export: recipe ", recipe.name,
-            " enables lora_svd: its low-rank path (W_res + beta L2 L1) is not merged by export, so "
-            "Olmo2ForCausalLM cannot express the model");
   bool quantized = recipe.attention.q_attn;
   for (int l = 0; l < n_layers; ++l)
     for (int k = 0; k < kNumLinearKinds; ++k)
       quantized = quantized || recipe.policy_for(l, n_layers, static_cast<LinearKind>(k)).quantized();
-  if (!quantized) return "";
-  return "recipe " + recipe.name +
-         " quantizes the forward (NVFP4 linears or attention); the exported model holds the full-precision "
-         "master weights and computes without quantization, so its logits differ from the quantized "
-         "forward of `fp4train eval` by the quantization error";
+  std::string note;
+  if (quantized)
+    note = "recipe " + recipe.name +
+           " quantizes the forward (NVFP4 linears or attention); the exported model holds the full-precision "
+           "master weights and computes without quantization, so its logits differ from the quantized "
+           "forward of `fp4train eval` by the quantization error";
+  if (recipe.lora_svd.enabled)
+    note += std::string(note.empty() ? "" : "; ") + "its LoRA-SVD factors are merged: W = W_res + beta L2 L1";
+  return note;
 }
 
 namespace {
@@ -269,14 +310,14 @@ TokenizerExport tokenizer_export(const std::string& spec, const ModelConfig& cfg
     const fs::path merges = first_present(p, {"vocab.bpe", "merges.txt"});
     if (!vocab.empty() && !merges.empty()) {
       t.files = gpt2_files(vocab, merges, eot, t.eot);
-      t.files.emplace_back("tokenizer_config.json", tokenizer_config("GPT2Tokenizer", eot, cfg).dump(2));
+      t.files.emplace_back("tokenizer_config.json", tokenizer_config("GPT2Tokenizer", eot, cfg).dump(2) + "\n");
       return t;
     }
     hf_json = first_present(p, {"tokenizer.json"});
   }
   FP4_CHECK(!hf_json.empty(), "export: tokenizer ", spec, " names no tokenizer files");
   t.files = {{"tokenizer.json", read_file(hf_json)},
-             {"tokenizer_config.json", tokenizer_config("PreTrainedTokenizerFast", eot, cfg).dump(2)}};
+             {"tokenizer_config.json", tokenizer_config("PreTrainedTokenizerFast", eot, cfg).dump(2) + "\n"}};
   return t;
 }
 
@@ -354,8 +395,10 @@ ExportResult export_command(const ExportArgs& args) {
   const ModelConfig& cfg = config.model;
   if (auto note = hf_recipe_note(recipe, cfg.n_layers); !note.empty()) r.notes.push_back(note);
 
-  const auto tensors =
-      hf_olmo2_tensors(cfg, ckpt.model, dtype, (r.checkpoint / "model.safetensors").string());
+  const std::string model_file = (r.checkpoint / "model.safetensors").string();
+  const auto tensors = hf_olmo2_tensors(
+      cfg, recipe.lora_svd.enabled ? merge_low_rank(ckpt.model, recipe.lora_svd.beta, model_file) : ckpt.model,
+      dtype, model_file);
   std::string spec = args.tokenizer.empty() ? config.data.tokenizer : args.tokenizer;
   if (spec.empty()) spec = read_manifest(config.data.train_dir).tokenizer;
   const TokenizerExport tok = tokenizer_export(spec, cfg);

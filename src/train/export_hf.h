@@ -39,9 +39,15 @@ nlohmann::json hf_olmo2_config(const ModelConfig& cfg, const HfTokenIds& ids, Hf
 // generation_config.json: the special ids, and the padded ids suppressed (our engine never predicts them).
 nlohmann::json hf_generation_config(const ModelConfig& cfg, const HfTokenIds& ids);
 
-// Throws fp4::Error when Olmo2ForCausalLM cannot compute what the recipe's model computes with
-// full-precision weights (e.g. a LoRA-SVD low-rank path kept beside the weights); returns a note
-// (empty if none) when the exported model is the recipe's model without its quantized forward.
+// LoRA-SVD checkpoints hold W_res as `<name>` beside `<name>.lora_l1` [r x in] and `<name>.lora_l2`
+// [out x r]: returns the parameters with each such triple merged into `<name>` = W_res + beta L2 L1
+// (accumulated in double, rounded once). Throws fp4::Error naming `origin` and the tensor for a factor
+// without its partner or its weight, or shapes that do not chain.
+std::vector<StateTensor> merge_low_rank(const std::vector<StateTensor>& params, double beta,
+                                        const std::string& origin);
+
+// A note (empty if none) on what the exported model computes differently from the recipe's: the
+// quantized forward (NVFP4 linears or attention) is not exported, only the full-precision weights.
 std::string hf_recipe_note(const Recipe& recipe, int n_layers);
 
 struct ExportArgs {

@@ -8,6 +8,7 @@ down(silu(gate) * up), untied head; names and shapes from config.json and model.
 parsed by hand). Asserts:
   - its logits at every position equal the engine's (tests/reference/checkpoint_logits) for the real ids
     within FP32 noise, and the engine gives -inf at the padded ids;
+  - where transformers is installed, Olmo2ForCausalLM.from_pretrained(export) gives the same logits;
   - the BF16 export holds exactly the round-to-nearest-even BF16 of the F32 export;
   - the comparison is sensitive: swapping q/k, gate/up or the two sublayer norms, or moving the norms
     before the sublayers, changes the logits by far more than the tolerance.
@@ -28,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 TOL = 1e-4        # max |difference| over max |logit|, real ids
-SENSITIVITY = 20  # a mutated model must be at least this many times the tolerance away
+SENSITIVITY = 10  # a mutated model must be at least this many times the tolerance away
 
 
 def read_safetensors(path):
@@ -105,6 +106,19 @@ def olmo2_logits(cfg, w, tokens, swap=None, pre_norm=False):
     return (x @ W["lm_head.weight"].T).numpy()
 
 
+def transformers_error(hf_dir, tokens, ref, real, scale):
+    """Where transformers (with Olmo2) is installed, its own model loaded from the export: the relative
+    error of its logits against the engine's; None where it is not installed."""
+    try:
+        from transformers import Olmo2ForCausalLM
+    except ImportError:
+        return None
+    model = Olmo2ForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(torch.from_numpy(tokens).long()).logits.float().numpy()
+    return float(np.abs(logits[..., :real] - ref[..., :real]).max()) / scale
+
+
 def run(cmd):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -131,7 +145,7 @@ def train_and_export(build, tmp):
          "--tokenizer", "bytes", "--out", shards, "--threads", "1"])
     sets = ["model.n_layers=2", "model.d_model=64", "model.n_heads=4", "model.d_ff=96",
             "model.max_seq_len=64", f"data.train_dir={shards}", "data.train_text=", "data.val_text=",
-            "data.batch=8", "data.seq=32", "train.steps=40", "optim.lr=1e-2", "optim.warmup=2",
+            "data.batch=8", "data.seq=32", "train.steps=60", "optim.lr=1e-2", "optim.warmup=2",
             "train.eval_every=0", "train.eval_batches=2", "train.log_every=10"]
     cmd = [fp4train, "train", "--out", run_dir]
     for s in sets:
@@ -193,6 +207,12 @@ def main():
         print(f"logits {tokens.shape[0]} x {tokens.shape[1]} x {real}: max |HF forward - engine| / max |logit| "
               f"= {err:.2e} (max |logit| {scale:.2f}, tolerance {TOL:.0e})")
         ok = err <= TOL
+        terr = transformers_error(hf, tokens, ref, real, scale)
+        if terr is None:
+            print("transformers is not installed: its from_pretrained check is skipped")
+        else:
+            print(f"transformers Olmo2ForCausalLM.from_pretrained: max |difference| / max |logit| = {terr:.2e}")
+            ok = ok and terr <= TOL
 
         w16, meta16 = read_safetensors(os.path.join(tmp, "hf-bf16", "model.safetensors"))
         with open(os.path.join(tmp, "hf-bf16", "config.json")) as f:

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -288,11 +289,60 @@ TEST_F(ExportTest, ParametersOlmo2CannotHoldAreRefused) {
   EXPECT_THAT(error_of([&] { hf_olmo2_tensors(m, nan, HfDtype::kF32, "ckpt"); }),
               HasSubstr("final_norm holds a non-finite value at element 5"));
 
-  Recipe lora;
-  lora.lora_svd.enabled = true;
-  EXPECT_THAT(error_of([&] { hf_recipe_note(lora, 2); }), HasSubstr("enables lora_svd"));
   EXPECT_EQ(hf_recipe_note(Recipe{}, 2), "");
-  EXPECT_THAT(hf_recipe_note(load_recipe("nvidia-nvfp4"), 2), HasSubstr("computes without quantization"));
+  Recipe nvfp4 = load_recipe("nvidia-nvfp4");
+  EXPECT_THAT(hf_recipe_note(nvfp4, 2), HasSubstr("computes without quantization"));
+  nvfp4.lora_svd.enabled = true;
+  EXPECT_THAT(hf_recipe_note(nvfp4, 2), HasSubstr("LoRA-SVD factors are merged"));
+}
+
+// LoRA-SVD checkpoints: W_res + beta L2 L1 becomes the exported weight; the factors disappear.
+TEST_F(ExportTest, LowRankFactorsAreMergedIntoTheirWeight) {
+  const ModelConfig m = model();
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<float> nd(0, 0.3f);
+  const int64_t d = m.d_model, r = 3;
+  auto params = checkpoint().model;
+  std::vector<float> l1(static_cast<size_t>(r * d)), l2(static_cast<size_t>(3 * d * r));
+  for (auto& x : l1) x = nd(rng);
+  for (auto& x : l2) x = nd(rng);
+  params.push_back(make_f32_tensor("blocks.1.attn.wqkv.lora_l1", {r, d}, l1));
+  params.push_back(make_f32_tensor("blocks.1.attn.wqkv.lora_l2", {3 * d, r}, l2));
+  const double beta = -0.75;
+  const auto merged = merge_low_rank(params, beta, "ckpt");
+  ASSERT_EQ(merged.size(), checkpoint().model.size());
+  const auto w_res = param("blocks.1.attn.wqkv");
+  std::vector<float> want(w_res.size());
+  for (int64_t i = 0; i < 3 * d; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      long double low = 0;
+      for (int64_t k = r - 1; k >= 0; --k) low += static_cast<long double>(l2[i * r + k]) * l1[k * d + j];
+      want[i * d + j] = static_cast<float>(w_res[i * d + j] + beta * low);
+    }
+  for (const auto& t : merged) {
+    const auto v = f32_values(t);
+    if (t.name != "blocks.1.attn.wqkv") {
+      EXPECT_EQ(v, param(t.name)) << t.name;  // the other parameters are untouched
+      continue;
+    }
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_NEAR(v[i], want[i], 1e-6f * (1 + std::abs(want[i]))) << i;
+  }
+  const auto named = [](const std::vector<StateTensor>& ts, const std::string& n) {
+    return std::find_if(ts.begin(), ts.end(), [&](const StateTensor& t) { return t.name == n; });
+  };
+  const auto hf = hf_olmo2_tensors(m, merged, HfDtype::kF32, "ckpt");
+  const auto k = named(hf, "model.layers.1.self_attn.k_proj.weight");
+  ASSERT_NE(k, hf.end());
+  EXPECT_EQ(f32_values(*k), rows_of(f32_values(*named(merged, "blocks.1.attn.wqkv")), d, d, d));
+
+  auto lonely = params;
+  lonely.pop_back();  // lora_l1 without lora_l2
+  EXPECT_THAT(error_of([&] { merge_low_rank(lonely, beta, "ckpt"); }),
+              HasSubstr("ckpt: blocks.1.attn.wqkv.lora_l1 needs"));
+  auto bad = params;
+  bad.back().shape = {3 * d - 1, r};
+  bad.back().bytes.resize(static_cast<size_t>((3 * d - 1) * r * 4));
+  EXPECT_THAT(error_of([&] { merge_low_rank(bad, beta, "ckpt"); }), HasSubstr("do not chain"));
 }
 
 // A GPT-2-style tokenizer directory: 256 byte tokens, one merge, no end-of-text entry (ours gives it
