@@ -113,7 +113,8 @@ std::vector<StateTensor> hf_olmo2_tensors(const ModelConfig& cfg, const std::vec
   std::map<std::string, const StateTensor*> by_name;
   for (const auto& t : params) by_name[t.name] = &t;
   for (const auto& t : params) {
-    const bool known = std::any_of(m.params.begin(), m.params.end(), [&](const auto& p) { return p.first == t.name; });
+    const bool known =
+        std::any_of(m.params.begin(), m.params.end(), [&](const auto& p) { return p.first == t.name; });
     FP4_CHECK(known, origin, ": parameter ", t.name, " ", shape_str(t.shape),
               " has no place in Hugging Face's Olmo2ForCausalLM (export knows the OLMo-2 parameters only)");
   }
@@ -257,9 +258,14 @@ struct TokenizerExport {
 };
 
 nlohmann::json tokenizer_config(const std::string& cls, const std::string& eot, const ModelConfig& cfg) {
-  return {{"tokenizer_class", cls},   {"bos_token", eot},          {"eos_token", eot},
-          {"unk_token", eot},         {"add_bos_token", false},    {"add_prefix_space", false},
-          {"errors", "replace"},      {"model_max_length", cfg.max_seq_len},
+  return {{"tokenizer_class", cls},
+          {"bos_token", eot},
+          {"eos_token", eot},
+          {"unk_token", eot},
+          {"add_bos_token", false},
+          {"add_prefix_space", false},
+          {"errors", "replace"},
+          {"model_max_length", cfg.max_seq_len},
           {"clean_up_tokenization_spaces", false}};
 }
 
@@ -298,8 +304,9 @@ TokenizerExport tokenizer_export(const std::string& spec, const ModelConfig& cfg
   TokenizerExport t;
   t.eot = tok->eot_id();
   if (spec == "bytes") {
-    t.note = "tokenizer 'bytes' (ids 0-255 are the bytes, 256 is end-of-text) has no Hugging Face "
-             "tokenizer class: no tokenizer files written; the ids of a text are its UTF-8 bytes";
+    t.note =
+        "tokenizer 'bytes' (ids 0-255 are the bytes, 256 is end-of-text) has no Hugging Face "
+        "tokenizer class: no tokenizer files written; the ids of a text are its UTF-8 bytes";
     return t;
   }
   const std::string eot = tok->token_bytes(t.eot);
@@ -310,7 +317,8 @@ TokenizerExport tokenizer_export(const std::string& spec, const ModelConfig& cfg
     const fs::path merges = first_present(p, {"vocab.bpe", "merges.txt"});
     if (!vocab.empty() && !merges.empty()) {
       t.files = gpt2_files(vocab, merges, eot, t.eot);
-      t.files.emplace_back("tokenizer_config.json", tokenizer_config("GPT2Tokenizer", eot, cfg).dump(2) + "\n");
+      t.files.emplace_back("tokenizer_config.json",
+                           tokenizer_config("GPT2Tokenizer", eot, cfg).dump(2) + "\n");
       return t;
     }
     hf_json = first_present(p, {"tokenizer.json"});
@@ -321,7 +329,9 @@ TokenizerExport tokenizer_export(const std::string& spec, const ModelConfig& cfg
   return t;
 }
 
-bool non_empty_dir(const fs::path& p) { return fs::is_directory(p) && !fs::is_empty(p); }
+bool non_empty_dir(const fs::path& p) {
+  return fs::is_directory(p) && !fs::is_empty(p);
+}
 
 // True when `inner` is `outer` or lies below it (compared canonically, existing or not).
 bool is_within(const fs::path& inner, const fs::path& outer) {
@@ -334,8 +344,8 @@ class StagingDir {
  public:
   explicit StagingDir(const fs::path& out) {
     std::random_device rd;
-    path_ = out.parent_path() /
-            ("." + out.filename().string() + ".export-" + std::to_string(getpid()) + "-" + std::to_string(rd()));
+    path_ = out.parent_path() / ("." + out.filename().string() + ".export-" + std::to_string(getpid()) + "-" +
+                                 std::to_string(rd()));
     fs::create_directories(path_);
   }
   ~StagingDir() {
@@ -397,7 +407,8 @@ ExportResult export_command(const ExportArgs& args) {
 
   const std::string model_file = (r.checkpoint / "model.safetensors").string();
   const auto tensors = hf_olmo2_tensors(
-      cfg, recipe.lora_svd.enabled ? merge_low_rank(ckpt.model, recipe.lora_svd.beta, model_file) : ckpt.model,
+      cfg,
+      recipe.lora_svd.enabled ? merge_low_rank(ckpt.model, recipe.lora_svd.beta, model_file) : ckpt.model,
       dtype, model_file);
   std::string spec = args.tokenizer.empty() ? config.data.tokenizer : args.tokenizer;
   if (spec.empty()) spec = read_manifest(config.data.train_dir).tokenizer;

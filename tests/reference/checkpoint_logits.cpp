@@ -63,8 +63,8 @@ int run(int argc, char** argv) {
   }
   StateTensor tok{"tokens", "I32", {rows, seq}, std::vector<uint8_t>(tokens.size() * 4)};
   std::memcpy(tok.bytes.data(), tokens.data(), tok.bytes.size());
-  const std::vector<StateTensor> tensors = {
-      tok, make_f32_tensor("logits", {rows, seq, cfg.vocab_size}, logits)};
+  const std::vector<StateTensor> tensors = {tok,
+                                            make_f32_tensor("logits", {rows, seq, cfg.vocab_size}, logits)};
   write_safetensors(out, tensors);
   std::cerr << "checkpoint_logits: " << m.checkpoint.string() << " -> " << out << " (" << rows << " x " << seq
             << ")\n";

@@ -1,5 +1,3 @@
-#include "train/export_hf.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +11,7 @@
 #include "recipe/recipe_io.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/export_hf.h"
 #include "train/file_io.h"
 #include "train/safetensors.h"
 #include "train/trainer.h"
@@ -34,7 +33,8 @@ class ExportTest : public ::testing::Test {
     RunConfig c = testing::small_run_config(tmp_->path(), "run", 4, std::random_device{}(), 4, 4);
     c.model.n_layers = 2;
     c.model.d_ff = 48;  // d_ff != d_model, so a split at the wrong row count cannot pass
-    c.model.vocab_real = 258;  // room for the test's GPT-2-style tokenizer (256 bytes, one merge, end-of-text)
+    c.model.vocab_real =
+        258;  // room for the test's GPT-2-style tokenizer (256 bytes, one merge, end-of-text)
     c.train.eval_every = 0;
     c.train.eval_batches = 1;
     TrainerOptions o;
@@ -80,7 +80,8 @@ std::vector<float> rows_of(const std::vector<float>& m, int64_t r0, int64_t rows
 TEST_F(ExportTest, EveryHfTensorHoldsTheEngineParametersExactly) {
   const ExportResult r = export_command(args("hf"));
   EXPECT_EQ(r.checkpoint, run_->last_checkpoint);
-  EXPECT_EQ(r.files, (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors"}));
+  EXPECT_EQ(r.files,
+            (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors"}));
   const auto st = read_safetensors(r.out / "model.safetensors");
   EXPECT_EQ(st.metadata.at("format"), "pt");
   const ModelConfig m = model();
@@ -208,7 +209,8 @@ TEST_F(ExportTest, RunDirectoryAndCheckpointGiveTheSameFiles) {
   ExportArgs b = args("from_ckpt");
   b.checkpoint = run_->last_checkpoint;
   export_command(b);
-  for (const auto& f : a.files) EXPECT_EQ(read_file(a.out / f), read_file(tmp_->path() / "from_ckpt" / f)) << f;
+  for (const auto& f : a.files)
+    EXPECT_EQ(read_file(a.out / f), read_file(tmp_->path() / "from_ckpt" / f)) << f;
 }
 
 TEST_F(ExportTest, RefusesToOverwriteWithoutForce) {
@@ -395,8 +397,9 @@ TEST_F(ExportTest, Gpt2TokenizerFilesAsTransformersReadsThem) {
 TEST_F(ExportTest, HfTokenizerJsonIsCopied) {
   nlohmann::json vocab;
   for (int b = 0; b < 256; ++b) vocab[bytes_to_vocab_string(std::string(1, static_cast<char>(b)))] = b;
-  const nlohmann::json tj = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
-                             {"added_tokens", {{{"id", 256}, {"content", "<|endoftext|>"}}}}};
+  const nlohmann::json tj = {
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+      {"added_tokens", {{{"id", 256}, {"content", "<|endoftext|>"}}}}};
   const fs::path file = tmp_->path() / "tok/tokenizer.json";
   fs::create_directories(file.parent_path());
   write_file_synced(file, tj.dump());
