@@ -1,13 +1,16 @@
 // LoRA-SVD in the CPU engine: the tiny model trains with tetrajet-v2-lorasvd, the factors start as each
 // weight's top-r part, a realignment resets the factors' AdamW moments and keeps W_res's (and W_eff), and
-// resuming from a checkpoint before, at or after a realignment repeats the run bit for bit.
+// resuming from a checkpoint before, at or after a realignment repeats the run bit for bit, and data-parallel
+// ranks realign alike.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
 
+#include "../optim/thread_comm.h"
 #include "core/error.h"
+#include "dist/shard_plan.h"
 #include "model/cpu_engine.h"
 #include "nn/lora_svd.h"
 #include "recipe/recipe_io.h"
@@ -142,7 +145,7 @@ TEST(LoraSvdEngine, RealignmentResetsTheFactorMomentsAndKeepsTheRest) {
       const std::string w = "blocks." + std::to_string(l) + "." + lin;
       for (const char* m : {"adamw.m.", "adamw.v."}) {
         EXPECT_EQ(state_f32(a, m + w), state_f32(b, m + w)) << m << w << " (W_res moments kept)";
-        for (const std::string f : {w + ".lora_l1", w + ".lora_l2"}) {
+        for (const std::string& f : {w + ".lora_l1", w + ".lora_l2"}) {
           const std::vector<float> ma = state_f32(a, m + f), mb = state_f32(b, m + f);
           EXPECT_TRUE(std::all_of(ma.begin(), ma.end(), [](float v) { return v == 0.0f; })) << m << f;
           EXPECT_FALSE(std::all_of(mb.begin(), mb.end(), [](float v) { return v == 0.0f; })) << m << f;
@@ -181,6 +184,50 @@ TEST(LoraSvdEngine, ResumeIsBitExactAcrossARealignment) {
     ASSERT_EQ(p.size(), final_params.size());
     EXPECT_EQ(std::memcmp(p.data(), final_params.data(), p.size() * sizeof(float)), 0) << "resumed at step " << cut;
   }
+}
+
+// Two ZeRO-1 ranks (threads): the realignment runs on every rank alike (parameters bit-identical across
+// ranks afterwards), each rank zeroes the factors' moments of its shard, and W_res's moments survive.
+TEST(LoraSvdEngine, DataParallelRanksRealignAlike) {
+  const uint32_t seed = fresh_seed();
+  const ModelConfig cfg = model_preset("tiny");
+  const Recipe recipe = lora_recipe(2, 8);
+  std::vector<std::vector<Batch>> data;
+  for (int s = 0; s < 3; ++s) data.push_back({next_token_batch(cfg, 4, 64, seed + uint32_t(s))});
+  std::vector<std::vector<float>> params(2);
+  std::vector<std::vector<StateTensor>> states(2);
+  std::vector<std::vector<IndexRange>> shards_seen(2);
+  test::run_threads(2, [&](Communicator& comm) {
+    auto e = make_cpu_engine(cfg, recipe, seed);
+    const ShardPlan plan = make_shard_plan(e->parameters(), 2);
+    std::vector<IndexRange> shards;
+    for (const RankShard& r : plan.ranks) shards.push_back({r.begin, r.end});
+    e->set_data_parallel({&comm, shards});
+    StepHyper hyper;
+    hyper.lr = 2e-3f;
+    for (int s = 0; s < 2; ++s) e->train_step(data[size_t(s)], hyper);  // realigns after step 2
+    const auto r = size_t(comm.rank());
+    states[r] = e->save_state();  // collective: the moments of both shards
+    params[r] = all_parameters(*e);
+    shards_seen[r] = shards;
+  });
+  ASSERT_EQ(params[0].size(), params[1].size());
+  EXPECT_EQ(std::memcmp(params[0].data(), params[1].data(), params[0].size() * sizeof(float)), 0);
+  // The shard boundary falls inside the parameter list: both ranks own some factor moments.
+  EXPECT_GT(shards_seen[0][0].size(), 0);
+  EXPECT_GT(shards_seen[0][1].size(), 0);
+  for (int l = 0; l < cfg.n_layers; ++l)
+    for (const char* lin : {"attn.wqkv", "attn.wo", "mlp.w_gate_up", "mlp.w_down"}) {
+      const std::string w = "blocks." + std::to_string(l) + "." + lin;
+      for (const char* m : {"adamw.m.", "adamw.v."}) {
+        const std::vector<float> keep = state_f32(states[0], m + w);
+        EXPECT_FALSE(std::all_of(keep.begin(), keep.end(), [](float v) { return v == 0.0f; })) << m << w;
+        for (const std::string& f : {w + ".lora_l1", w + ".lora_l2"}) {
+          const std::vector<float> z = state_f32(states[0], m + f);
+          EXPECT_TRUE(std::all_of(z.begin(), z.end(), [](float v) { return v == 0.0f; })) << m << f;
+        }
+      }
+    }
 }
 
 TEST(LoraSvdEngine, ARankTooLargeForALayerIsNamed) {
