@@ -157,7 +157,8 @@ std::vector<float> cholesky_qr2(const float* a, int rows, int r) {
   int passes_left = 1;
   if (!cholesky_qr_pass(u, rows, r, 0.0f, 8.0 * r * kEpsF32)) {
     // Shifted Cholesky-QR (Fukaya et al.): G + s I is positive definite in FP32 for any a != 0.
-    const double shift = 11.0 * (static_cast<double>(rows) * r + static_cast<double>(r) * (r + 1)) * kEpsF32 * norm2;
+    const double shift =
+        11.0 * (static_cast<double>(rows) * r + static_cast<double>(r) * (r + 1)) * kEpsF32 * norm2;
     ok = cholesky_qr_pass(u, rows, r, static_cast<float>(shift), 0.0);
     passes_left = 2;
   }
@@ -186,7 +187,8 @@ TruncatedSvd randomized_svd(const float* a, int rows, int cols, int rank, RngStr
                             const RandomizedSvdOptions& opt) {
   FP4_CHECK(rank >= 1 && rank <= std::min(rows, cols), "randomized_svd: rank ", rank, " for a [", rows, " x ",
             cols, "] matrix");
-  FP4_CHECK(opt.oversample >= 0 && opt.power_iters >= 0, "randomized_svd: negative oversampling or iterations");
+  FP4_CHECK(opt.oversample >= 0 && opt.power_iters >= 0,
+            "randomized_svd: negative oversampling or iterations");
   const int k = std::min(rank + opt.oversample, std::min(rows, cols));
   std::vector<double> omega(static_cast<size_t>(cols) * k);
   for (size_t i = 0; i < omega.size(); ++i) {
@@ -214,7 +216,9 @@ TruncatedSvd randomized_svd(const float* a, int rows, int cols, int rank, RngStr
   }
   std::vector<int> order(static_cast<size_t>(k));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return sigma[static_cast<size_t>(x)] > sigma[static_cast<size_t>(y)]; });
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+    return sigma[static_cast<size_t>(x)] > sigma[static_cast<size_t>(y)];
+  });
 
   TruncatedSvd out{rows, cols, rank, {}, {}, {}};
   out.u.assign(static_cast<size_t>(rows) * rank, 0.0);
@@ -226,16 +230,19 @@ TruncatedSvd randomized_svd(const float* a, int rows, int cols, int rank, RngStr
     out.s[static_cast<size_t>(t)] = s;
     for (int i = 0; i < rows; ++i) {  // left vectors: Q v
       double acc = 0;
-      for (int p = 0; p < k; ++p) acc += q[static_cast<size_t>(i) * k + p] * v[static_cast<size_t>(p) * k + j];
+      for (int p = 0; p < k; ++p)
+        acc += q[static_cast<size_t>(i) * k + p] * v[static_cast<size_t>(p) * k + j];
       out.u[static_cast<size_t>(i) * rank + t] = acc;
     }
     if (s > 0)
-      for (int c = 0; c < cols; ++c) out.v[static_cast<size_t>(c) * rank + t] = m[static_cast<size_t>(c) * k + j] / s;
+      for (int c = 0; c < cols; ++c)
+        out.v[static_cast<size_t>(c) * rank + t] = m[static_cast<size_t>(c) * k + j] / s;
   }
   return out;
 }
 
-void realign_low_rank(float* w_res, float* l1, float* l2, int out, int in, int r, double beta, RngStream sketch) {
+void realign_low_rank(float* w_res, float* l1, float* l2, int out, int in, int r, double beta,
+                      RngStream sketch) {
   FP4_CHECK(std::isfinite(beta) && beta != 0, "realign_low_rank: beta ", beta, " is not finite and nonzero");
   const auto n = static_cast<size_t>(out) * in;
   // W_eff, each element rounded once from double.
@@ -263,7 +270,8 @@ void realign_low_rank(float* w_res, float* l1, float* l2, int out, int in, int r
     for (int i = 0; i < out; ++i)
       l2[static_cast<size_t>(i) * r + j] = static_cast<float>(svd.u[static_cast<size_t>(i) * r + j] * scale);
     for (int c = 0; c < in; ++c)
-      l1[static_cast<size_t>(j) * in + c] = static_cast<float>(sign * scale * svd.v[static_cast<size_t>(c) * r + j]);
+      l1[static_cast<size_t>(j) * in + c] =
+          static_cast<float>(sign * scale * svd.v[static_cast<size_t>(c) * r + j]);
   }
   for (int i = 0; i < out; ++i) {
     low_rank_row(l2, l1, i);

@@ -46,6 +46,7 @@ TruncatedSvd randomized_svd(const float* a, int rows, int cols, int rank, RngStr
 // with its top-r SVD U S V^T: L2 = U (S/|beta|)^(1/2), L1 = sign(beta) (S/|beta|)^(1/2) V^T, so that
 // beta L2 L1 = U S V^T, and W_res = W_eff - beta L2 L1 from the stored FP32 factors (W_eff is kept up to
 // FP32 rounding).
-void realign_low_rank(float* w_res, float* l1, float* l2, int out, int in, int r, double beta, RngStream sketch);
+void realign_low_rank(float* w_res, float* l1, float* l2, int out, int in, int r, double beta,
+                      RngStream sketch);
 
 }  // namespace fp4

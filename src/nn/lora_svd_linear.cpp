@@ -33,9 +33,10 @@ class LoraSvdLinear final : public Linear {
     const int in = spec_.in_features, out = spec_.out_features;
     impl_.forward(x, params_.value(w_res_).data(), y, n, *spec_.quant_ctx);
     xl1_.resize(static_cast<size_t>(n) * rank_);
-    cpu::gemm(false, true, n, rank_, in, 1.0f, x, in, params_.value(l1_).data(), in, 0.0f, xl1_.data(), rank_);
-    cpu::gemm(false, true, n, out, rank_, beta_, xl1_.data(), rank_, params_.value(l2_).data(), rank_, 1.0f, y,
-              out);
+    cpu::gemm(false, true, n, rank_, in, 1.0f, x, in, params_.value(l1_).data(), in, 0.0f, xl1_.data(),
+              rank_);
+    cpu::gemm(false, true, n, out, rank_, beta_, xl1_.data(), rank_, params_.value(l2_).data(), rank_, 1.0f,
+              y, out);
   }
 
   void backward(const float* dy, float* dx, int n, bool accumulate_dx) override {
@@ -54,8 +55,10 @@ class LoraSvdLinear final : public Linear {
     const std::vector<float> u = cholesky_qr2(l2, out, rank_);
     std::vector<float> p(dw_.size());
     project_onto_columns(u.data(), out, rank_, dw_.data(), in, p.data());
-    cpu::gemm(false, true, out, rank_, in, beta_, p.data(), in, l1, in, 1.0f, params_.grad(l2_).data(), rank_);
-    cpu::gemm(true, false, rank_, in, out, beta_, l2, rank_, p.data(), in, 1.0f, params_.grad(l1_).data(), in);
+    cpu::gemm(false, true, out, rank_, in, beta_, p.data(), in, l1, in, 1.0f, params_.grad(l2_).data(),
+              rank_);
+    cpu::gemm(true, false, rank_, in, out, beta_, l2, rank_, p.data(), in, 1.0f, params_.grad(l1_).data(),
+              in);
     float* gw = params_.grad(w_res_).data();
     for (size_t i = 0; i < dw_.size(); ++i) gw[i] += dw_[i] - p[i];
   }
@@ -76,15 +79,16 @@ void LoraSvd::add(const Layer& layer) {
   FP4_CHECK(cfg_.rank >= 1 && cfg_.rank < std::min(layer.in, layer.out), "lora_svd.rank ", cfg_.rank,
             " does not fit linear ", layer.name, " [", layer.out, " x ", layer.in,
             "]: it must be at least 1 and below min(in, out) = ", std::min(layer.in, layer.out));
-  for (const Layer& l : layers_) FP4_CHECK(l.name != layer.name, "lora_svd: linear ", layer.name, " added twice");
+  for (const Layer& l : layers_)
+    FP4_CHECK(l.name != layer.name, "lora_svd: linear ", layer.name, " added twice");
   layers_.push_back(layer);
 }
 
 void LoraSvd::realign(ParameterSet& params, uint64_t seed, int64_t index) const {
   for (const Layer& l : layers_) {
     const RngStream sketch{seed, make_stream(l.layer_id, static_cast<uint32_t>(index), kSketchPurpose)};
-    realign_low_rank(params.value(l.w_res).data(), params.value(l.l1).data(), params.value(l.l2).data(), l.out,
-                     l.in, cfg_.rank, cfg_.beta, sketch);
+    realign_low_rank(params.value(l.w_res).data(), params.value(l.l1).data(), params.value(l.l2).data(),
+                     l.out, l.in, cfg_.rank, cfg_.beta, sketch);
   }
 }
 
@@ -99,12 +103,15 @@ void LoraSvd::initialize(ParameterSet& params, uint64_t seed) const {
 std::vector<IndexRange> LoraSvd::factor_ranges(const ParameterSet& params) const {
   std::vector<IndexRange> out;
   for (const Layer& l : layers_)
-    for (int i : {l.l1, l.l2}) out.push_back({params.at(i).offset, params.at(i).offset + params.at(i).info.numel()});
+    for (int i : {l.l1, l.l2})
+      out.push_back({params.at(i).offset, params.at(i).offset + params.at(i).info.numel()});
   return out;
 }
 
-std::unique_ptr<Linear> make_lora_svd_linear(ParameterSet& params, const LinearSpec& spec, LoraSvd& registry) {
-  FP4_CHECK(spec.quant_ctx != nullptr, "linear ", spec.name, ": lora_svd needs the model's quantization context");
+std::unique_ptr<Linear> make_lora_svd_linear(ParameterSet& params, const LinearSpec& spec,
+                                             LoraSvd& registry) {
+  FP4_CHECK(spec.quant_ctx != nullptr, "linear ", spec.name,
+            ": lora_svd needs the model's quantization context");
   return std::make_unique<LoraSvdLinear>(params, spec, registry);
 }
 

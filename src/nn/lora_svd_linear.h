@@ -22,8 +22,12 @@
 namespace fp4 {
 
 // The parameter names of a LoRA-SVD layer whose weight (W_res) is `weight`.
-inline std::string lora_l1_name(const std::string& weight) { return weight + ".lora_l1"; }
-inline std::string lora_l2_name(const std::string& weight) { return weight + ".lora_l2"; }
+inline std::string lora_l1_name(const std::string& weight) {
+  return weight + ".lora_l1";
+}
+inline std::string lora_l2_name(const std::string& weight) {
+  return weight + ".lora_l2";
+}
 
 class LoraSvd {
  public:
@@ -33,7 +37,7 @@ class LoraSvd {
   struct Layer {
     std::string name;  // the weight W_res
     int in = 0, out = 0;
-    uint32_t layer_id = 0;  // the linear's random-stream id
+    uint32_t layer_id = 0;             // the linear's random-stream id
     int w_res = -1, l1 = -1, l2 = -1;  // parameter indices
   };
   // Throws naming the layer when rank >= min(in, out).

@@ -58,13 +58,14 @@ struct AttentionConfig {
   bool q_attn = false;
 };
 
-// LoRA-SVD projections (RECIPES.md section 8.1; nn/lora_svd.h): each quantized linear holds W = W_res + beta L2 L1,
-// the low-rank path in high precision, realigned by a randomized SVD every realign_every steps. Off unless enabled.
+// LoRA-SVD projections (RECIPES.md section 8.1; nn/lora_svd.h): each quantized linear holds W = W_res + beta
+// L2 L1, the low-rank path in high precision, realigned by a randomized SVD every realign_every steps. Off
+// unless enabled.
 struct LoraSvdConfig {
   bool enabled = false;
-  int rank = 32;               // r: L2 [out x r], L1 [r x in]; must stay below min(in, out) of every layer
-  double beta = 1.0;           // scale of the low-rank path (finite, nonzero)
-  int realign_every = 2048;    // optimizer steps between realignments
+  int rank = 32;             // r: L2 [out x r], L1 [r x in]; must stay below min(in, out) of every layer
+  double beta = 1.0;         // scale of the low-rank path (finite, nonzero)
+  int realign_every = 2048;  // optimizer steps between realignments
 };
 
 struct Recipe {

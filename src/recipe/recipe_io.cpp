@@ -373,10 +373,12 @@ void validate(const Recipe& r) {
   if (l.enabled) {
     // The per-layer bound rank < min(in, out) is checked where the layers are built (it needs the model).
     FP4_CHECK(l.rank >= 1, name, ": lora_svd.rank (", l.rank, ") must be at least 1");
-    FP4_CHECK(l.realign_every >= 1, name, ": lora_svd.realign_every (", l.realign_every, ") must be at least 1");
+    FP4_CHECK(l.realign_every >= 1, name, ": lora_svd.realign_every (", l.realign_every,
+              ") must be at least 1");
     FP4_CHECK(std::isfinite(l.beta) && l.beta != 0, name, ": lora_svd.beta (", l.beta,
               ") must be finite and nonzero");
-    FP4_CHECK(p.quantized(), name, ": lora_svd protects the quantized linears, but this recipe quantizes none");
+    FP4_CHECK(p.quantized(), name,
+              ": lora_svd protects the quantized linears, but this recipe quantizes none");
     FP4_CHECK(r.optimizer == "adamw", name, ": lora_svd resets the optimizer moments of its factors at each ",
               "realignment, which only optimizer adamw implements (got '", r.optimizer, "')");
   }

@@ -29,7 +29,8 @@ Batch next_token_batch(const ModelConfig& cfg, int b, int t, uint32_t seed) {
   std::uniform_int_distribution<int32_t> tok(0, cfg.vocab_real - 1);
   Batch batch{b, t, {}, {}};
   for (int i = 0; i < b * t; ++i) batch.tokens.push_back(tok(rng));
-  for (int i = 0; i < b * t; ++i) batch.targets.push_back((i + 1) % t ? batch.tokens[size_t(i + 1)] : tok(rng));
+  for (int i = 0; i < b * t; ++i)
+    batch.targets.push_back((i + 1) % t ? batch.tokens[size_t(i + 1)] : tok(rng));
   return batch;
 }
 
@@ -75,7 +76,8 @@ std::vector<double> effective(const TrainingEngine& e, const std::string& w, int
   std::vector<double> eff(res.begin(), res.end());
   for (int i = 0; i < out; ++i)
     for (int j = 0; j < r; ++j)
-      for (int c = 0; c < in; ++c) eff[size_t(i * in + c)] += double(l2[size_t(i * r + j)]) * l1[size_t(j * in + c)];
+      for (int c = 0; c < in; ++c)
+        eff[size_t(i * in + c)] += double(l2[size_t(i * r + j)]) * l1[size_t(j * in + c)];
   return eff;
 }
 
@@ -182,7 +184,8 @@ TEST(LoraSvdEngine, ResumeIsBitExactAcrossARealignment) {
     for (int s = cut + 1; s <= total; ++s) resumed->train_step(data[size_t(s - 1)], hyper);
     const std::vector<float> p = all_parameters(*resumed);
     ASSERT_EQ(p.size(), final_params.size());
-    EXPECT_EQ(std::memcmp(p.data(), final_params.data(), p.size() * sizeof(float)), 0) << "resumed at step " << cut;
+    EXPECT_EQ(std::memcmp(p.data(), final_params.data(), p.size() * sizeof(float)), 0)
+        << "resumed at step " << cut;
   }
 }
 
@@ -231,7 +234,8 @@ TEST(LoraSvdEngine, DataParallelRanksRealignAlike) {
 }
 
 TEST(LoraSvdEngine, ARankTooLargeForALayerIsNamed) {
-  const ModelConfig cfg = model_preset("tiny");  // d_model 128: the first linear is blocks.0.attn.wqkv [384 x 128]
+  const ModelConfig cfg =
+      model_preset("tiny");  // d_model 128: the first linear is blocks.0.attn.wqkv [384 x 128]
   try {
     make_cpu_engine(cfg, lora_recipe(10, 128), 1);
     FAIL() << "accepted";

@@ -2,6 +2,8 @@
 // runs on the CPU): its backward against central differences of its own forward. The forward is linear
 // in each of X, W_res, L1, L2, so the differences are exact up to FP32 rounding. dX and dL1 are the true
 // gradients; dL2 and dW_res are the projected ones: U U^T (FD of L2) and (I - U U^T) (FD of W_res).
+#include "nn/lora_svd_linear.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 
 #include "core/error.h"
 #include "nn/lora_svd.h"
-#include "nn/lora_svd_linear.h"
 
 namespace fp4 {
 namespace {
@@ -68,7 +69,8 @@ struct Fixture {
 };
 
 // p = U U^T g for g [out x in] in double.
-std::vector<double> project(const std::vector<float>& u, int out, int r, const std::vector<double>& g, int in) {
+std::vector<double> project(const std::vector<float>& u, int out, int r, const std::vector<double>& g,
+                            int in) {
   std::vector<double> c(size_t(r) * in, 0.0), p(g.size(), 0.0);
   for (int i = 0; i < out; ++i)
     for (int j = 0; j < r; ++j)

@@ -1,6 +1,8 @@
 // LoRA-SVD's linear algebra (nn/lora_svd.h) on fresh random matrices: the Cholesky-QR basis (orthonormal,
 // spanning col(L2), also ill-conditioned and rank-deficient), the gradient split, the randomized SVD on
 // matrices of known spectrum, and the function-preserving realignment.
+#include "nn/lora_svd.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,8 +10,6 @@
 #include <limits>
 #include <random>
 #include <vector>
-
-#include "nn/lora_svd.h"
 
 namespace fp4 {
 namespace {
@@ -136,7 +136,9 @@ TEST(LoraSvdCholeskyQr, RankDeficientAndZeroFactors) {
     EXPECT_TRUE(std::fabs(d - 1) < 1e-5 || std::fabs(d) < 1e-5) << "column " << i << ": " << d;
     ones += std::fabs(d - 1) < 1e-5;
     for (int j = 0; j < r; ++j)
-      if (i != j) EXPECT_NEAR(g[size_t(i * r + j)], 0.0, 1e-5) << i << "," << j;
+      if (i != j) {
+        EXPECT_NEAR(g[size_t(i * r + j)], 0.0, 1e-5) << i << "," << j;
+      }
   }
   EXPECT_GE(ones, 5);
   const std::vector<float> zero(size_t(m) * r, 0.0f);
@@ -163,7 +165,8 @@ TEST(LoraSvdProjection, SplitsTheGradientIntoTheSubspaceAndItsComplement) {
   EXPECT_LT(frob(ut_rest), 1e-5 * frob(gd2));
   std::vector<float> pp(g.size());
   project_onto_columns(u.data(), out, r, p.data(), in, pp.data());
-  for (size_t i = 0; i < p.size(); ++i) EXPECT_NEAR(pp[i], p[i], 1e-5 * frob(gd2) / std::sqrt(double(p.size())));
+  for (size_t i = 0; i < p.size(); ++i)
+    EXPECT_NEAR(pp[i], p[i], 1e-5 * frob(gd2) / std::sqrt(double(p.size())));
   // The complement carries what lies outside col(L2): for dW in col(L2) it vanishes.
   std::vector<float> inside(g.size());
   const std::vector<double> t = matmul(a, gaussian(rng, size_t(r) * in), out, r, in);
@@ -182,8 +185,10 @@ struct KnownSpectrum {
 
 KnownSpectrum known_spectrum(std::mt19937& rng, int m, int n, std::vector<double> s) {
   const int k0 = int(s.size());
-  KnownSpectrum ks{{}, orthonormal(gaussian(rng, size_t(m) * k0), m, k0),
-                   orthonormal(gaussian(rng, size_t(n) * k0), n, k0), s};
+  KnownSpectrum ks{{},
+                   orthonormal(gaussian(rng, size_t(m) * k0), m, k0),
+                   orthonormal(gaussian(rng, size_t(n) * k0), n, k0),
+                   s};
   std::vector<double> ps = ks.p;
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < k0; ++j) ps[size_t(i * k0 + j)] *= s[size_t(j)];
@@ -238,8 +243,8 @@ TEST(LoraSvdRandomizedSvd, MatrixOfLowerRankThanTheSketch) {
 }
 
 // W_eff = W_res + beta L2 L1 in double.
-std::vector<double> effective(const std::vector<float>& w, const std::vector<float>& l1, const std::vector<float>& l2,
-                              int out, int in, int r, double beta) {
+std::vector<double> effective(const std::vector<float>& w, const std::vector<float>& l1,
+                              const std::vector<float>& l2, int out, int in, int r, double beta) {
   std::vector<double> e = matmul(l2, l1, out, r, in);
   for (size_t i = 0; i < e.size(); ++i) e[i] = w[i] + beta * e[i];
   return e;
@@ -257,7 +262,8 @@ TEST(LoraSvdRealign, IsFunctionPreservingAndTakesTheTopPart) {
       for (size_t i = 0; i < n; ++i) f[i] = float(scale * d[i]);
       return f;
     };
-    std::vector<float> w = rnd(size_t(out) * in, 0.02), l1 = rnd(size_t(r) * in, 0.1), l2 = rnd(size_t(out) * r, 0.1);
+    std::vector<float> w = rnd(size_t(out) * in, 0.02), l1 = rnd(size_t(r) * in, 0.1),
+                       l2 = rnd(size_t(out) * r, 0.1);
     const std::vector<double> before = effective(w, l1, l2, out, in, r, beta);
     realign_low_rank(w.data(), l1.data(), l2.data(), out, in, r, beta, RngStream{seed, 11});
     const std::vector<double> after = effective(w, l1, l2, out, in, r, beta);
@@ -280,9 +286,12 @@ TEST(LoraSvdRealign, IsFunctionPreservingAndTakesTheTopPart) {
     for (int i = 0; i < r; ++i)
       for (int j = 0; j < r; ++j) {
         EXPECT_NEAR(g2[size_t(i * r + j)], g1[size_t(i * r + j)], 1e-4 * g2[0]) << i << "," << j;
-        if (i != j) EXPECT_NEAR(g2[size_t(i * r + j)], 0.0, 1e-4 * g2[0]) << i << "," << j;
+        if (i != j) {
+          EXPECT_NEAR(g2[size_t(i * r + j)], 0.0, 1e-4 * g2[0]) << i << "," << j;
+        }
       }
-    for (int j = 1; j < r; ++j) EXPECT_GE(g2[size_t((j - 1) * r + j - 1)], g2[size_t(j * r + j)] * (1 - 1e-5));
+    for (int j = 1; j < r; ++j)
+      EXPECT_GE(g2[size_t((j - 1) * r + j - 1)], g2[size_t(j * r + j)] * (1 - 1e-5));
   }
 }
 

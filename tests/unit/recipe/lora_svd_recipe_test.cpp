@@ -39,8 +39,8 @@ TEST(LoraSvdRecipe, ThePresetIsTetraJetV2BaseWithLoraSvd) {
 
 TEST(LoraSvdRecipe, ParsesTheSectionAndOverridesAndRoundTrips) {
   const Recipe base = load_recipe("tetrajet-v2-base");
-  const Recipe r = parse_recipe(to_toml(base) + "\n[lora_svd]\nenabled = true\nrank = 8\nbeta = 0.5\nrealign_every = 7\n",
-                                "test.toml");
+  const Recipe r = parse_recipe(
+      to_toml(base) + "\n[lora_svd]\nenabled = true\nrank = 8\nbeta = 0.5\nrealign_every = 7\n", "test.toml");
   validate(r);
   EXPECT_TRUE(r.lora_svd.enabled);
   EXPECT_EQ(r.lora_svd.rank, 8);
@@ -71,7 +71,8 @@ TEST(LoraSvdRecipe, BadValuesAreClearErrors) {
     expect_error([&] { with(bad); }, "finite nonzero");
   expect_error([&] { with("lora_svd.enabled=1"); }, "true or false");
   expect_error([&] { with("lora_svd.ranks=4"); }, "lora_svd.ranks");
-  expect_error([] { parse_recipe("name = \"x\"\n[lora_svd]\nrank = 0\n", "x.toml"); }, "x.toml: 'lora_svd.rank'");
+  expect_error([] { parse_recipe("name = \"x\"\n[lora_svd]\nrank = 0\n", "x.toml"); },
+               "x.toml: 'lora_svd.rank'");
   expect_error([] { parse_recipe("name = \"x\"\nlora_svd = 3\n", "x.toml"); }, "expected a table");
   // A recipe built in code skips the field parser: validate() catches the same values.
   Recipe r = load_recipe("tetrajet-v2-lorasvd");
