@@ -32,11 +32,10 @@ class LoraSvdLinear final : public Linear {
   void forward(const float* x, float* y, int n) override {
     const int in = spec_.in_features, out = spec_.out_features;
     impl_.forward(x, params_.value(w_res_).data(), y, n, *spec_.quant_ctx);
-    xl1_.resize(static_cast<size_t>(n) * rank_);
-    cpu::gemm(false, true, n, rank_, in, 1.0f, x, in, params_.value(l1_).data(), in, 0.0f, xl1_.data(),
-              rank_);
-    cpu::gemm(false, true, n, out, rank_, beta_, xl1_.data(), rank_, params_.value(l2_).data(), rank_, 1.0f,
-              y, out);
+    std::vector<float> xl1(static_cast<size_t>(n) * rank_);
+    cpu::gemm(false, true, n, rank_, in, 1.0f, x, in, params_.value(l1_).data(), in, 0.0f, xl1.data(), rank_);
+    cpu::gemm(false, true, n, out, rank_, beta_, xl1.data(), rank_, params_.value(l2_).data(), rank_, 1.0f, y,
+              out);
   }
 
   void backward(const float* dy, float* dx, int n, bool accumulate_dx) override {
@@ -44,8 +43,8 @@ class LoraSvdLinear final : public Linear {
     const float* l1 = params_.value(l1_).data();
     const float* l2 = params_.value(l2_).data();
     // The recipe's dX through W_res and its full wgrad dW of this micro-batch.
-    dw_.assign(static_cast<size_t>(out) * in, 0.0f);
-    impl_.backward(dy, dx, dw_.data(), n, accumulate_dx);
+    std::vector<float> dw(static_cast<size_t>(out) * in, 0.0f);
+    impl_.backward(dy, dx, dw.data(), n, accumulate_dx);
     // dX += beta (dY L2) L1.
     std::vector<float> dyl2(static_cast<size_t>(n) * rank_);
     cpu::gemm(false, false, n, rank_, out, 1.0f, dy, out, l2, rank_, 0.0f, dyl2.data(), rank_);
@@ -53,14 +52,14 @@ class LoraSvdLinear final : public Linear {
     // The part of dW in col(L2) drives the factors, the rest W_res. Projection is linear, so projecting
     // each micro-batch's dW and summing equals projecting the step's accumulated gradient.
     const std::vector<float> u = cholesky_qr2(l2, out, rank_);
-    std::vector<float> p(dw_.size());
-    project_onto_columns(u.data(), out, rank_, dw_.data(), in, p.data());
+    std::vector<float> p(dw.size());
+    project_onto_columns(u.data(), out, rank_, dw.data(), in, p.data());
     cpu::gemm(false, true, out, rank_, in, beta_, p.data(), in, l1, in, 1.0f, params_.grad(l2_).data(),
               rank_);
     cpu::gemm(true, false, rank_, in, out, beta_, l2, rank_, p.data(), in, 1.0f, params_.grad(l1_).data(),
               in);
     float* gw = params_.grad(w_res_).data();
-    for (size_t i = 0; i < dw_.size(); ++i) gw[i] += dw_[i] - p[i];
+    for (size_t i = 0; i < dw.size(); ++i) gw[i] += dw[i] - p[i];
   }
 
  private:
@@ -69,8 +68,6 @@ class LoraSvdLinear final : public Linear {
   float beta_;
   int w_res_ = -1, l1_ = -1, l2_ = -1;
   QuantLinearCpu impl_;
-  std::vector<float> xl1_;  // X L1^T of the last forward (only its size is reused)
-  std::vector<float> dw_;   // the micro-batch's full weight gradient
 };
 
 }  // namespace
