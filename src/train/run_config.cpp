@@ -565,9 +565,11 @@ std::vector<std::string> identity_differences(const RunConfig& before, const Run
 }
 
 std::string expand_recipe_shorthand(const std::string& assignment) {
-  if (assignment.rfind("linear.", 0) == 0 || assignment.rfind("bf16_layers=", 0) == 0 ||
-      assignment.rfind("osci_reset.", 0) == 0 || assignment.rfind("out_control.", 0) == 0)
-    return std::string(kOverridesPrefix) + assignment;
+  // The recipe's own keys and sections (recipe_io.cpp); none of them shares a name with a run section.
+  static constexpr std::string_view kRecipeKeys[] = {"linear.",      "bf16_layers=", "optimizer=", "osci_reset.",
+                                                     "out_control.", "attention.",   "lora_svd."};
+  for (std::string_view k : kRecipeKeys)
+    if (assignment.rfind(k, 0) == 0) return std::string(kOverridesPrefix) + assignment;
   return assignment;
 }
 

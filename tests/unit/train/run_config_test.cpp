@@ -7,6 +7,7 @@
 #include <random>
 
 #include "test_util.h"
+#include "train/trainer.h"
 
 namespace fp4 {
 namespace {
@@ -244,6 +245,16 @@ TEST(RunConfig, RecipeKeysNeedNoPrefixOnTheCommandLine) {
   EXPECT_EQ(expand_recipe_shorthand("linear.q2.block=16x16"), "recipe.overrides.linear.q2.block=16x16");
   EXPECT_EQ(expand_recipe_shorthand("bf16_layers=[0,-1]"), "recipe.overrides.bf16_layers=[0,-1]");
   EXPECT_EQ(expand_recipe_shorthand("optim.lr=3e-4"), "optim.lr=3e-4");
+  // Every recipe section the docs name works without the prefix; run sections of similar names do not move.
+  for (const char* a : {"optimizer=q-adamw", "osci_reset.enabled=true", "out_control.ratio=0.2",
+                        "attention.q_attn=true", "lora_svd.rank=8"})
+    EXPECT_EQ(expand_recipe_shorthand(a), std::string("recipe.overrides.") + a);
+  EXPECT_EQ(expand_recipe_shorthand("optim.warmup=10"), "optim.warmup=10");
+  EXPECT_EQ(expand_recipe_shorthand("train.steps=5"), "train.steps=5");
+  for (const char* a : {"optimizer=q-adamw", "attention.q_attn=true", "lora_svd.rank=8", "lora_svd.enabled=true"}) {
+    const RunConfig c = load_run_config({}, {"recipe.name=tetrajet-v2-base", expand_recipe_shorthand(a)});
+    EXPECT_NO_THROW(load_run_recipe(c.recipe)) << a;
+  }
   const RunConfig cfg = load_run_config({}, {"recipe.name=tetrajet-v2-base", expand_recipe_shorthand("linear.q3.sr_headroom=true")});
   ASSERT_EQ(cfg.recipe.overrides.size(), 1u);
   EXPECT_EQ(cfg.recipe.overrides[0].first, "linear.q3.sr_headroom");
