@@ -982,6 +982,8 @@ TEST(CudaEngine, RefusesBadBatchesRecipesAndDevices) {
   Recipe root;
   root.optimizer = "root";
   EXPECT_NE(error_of([&] { make_cuda_engine(cfg, root, seed); }).find("adamw only"), std::string::npos);
+  EXPECT_NE(error_of([&] { make_cuda_engine(cfg, load_recipe("tetrajet-v2-lorasvd"), seed); }).find("lora_svd"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { make_cuda_engine(cfg, Recipe{}, seed, 999); }).find("does not exist"),
             std::string::npos);
 }
