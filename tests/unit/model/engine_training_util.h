@@ -1,11 +1,14 @@
-// Helpers for tests that train the tiny model on the CPU engine with one optimizer or another: a logged
-// fresh seed, a random batch, every parameter read back, and a few steps on one batch.
+// Helpers for tests that train the tiny model on the CPU engine (optimizers here, layer features in
+// tests/unit/nn): a logged fresh seed, random and next-token batches, every parameter read back, a few
+// steps on one batch, and the bit-exact resume check.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <string>
@@ -35,6 +38,17 @@ inline Batch random_token_batch(const ModelConfig& cfg, int b, int t, uint32_t s
   return batch;
 }
 
+// Targets are the next tokens (a structure the loss can fall on); each row's last position gets a random one.
+inline Batch next_token_batch(const ModelConfig& cfg, int b, int t, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, cfg.vocab_real - 1);
+  Batch batch{b, t, {}, {}};
+  for (int i = 0; i < b * t; ++i) batch.tokens.push_back(tok(rng));
+  for (int i = 0; i < b * t; ++i)
+    batch.targets.push_back((i + 1) % t ? batch.tokens[static_cast<size_t>(i + 1)] : tok(rng));
+  return batch;
+}
+
 inline std::vector<float> all_parameters(const TrainingEngine& e) {
   std::vector<float> out;
   for (const auto& p : e.parameters()) {
@@ -57,6 +71,32 @@ inline double train_on(TrainingEngine& e, const Batch& batch, int steps, double*
     last = st.loss;
   }
   return last;
+}
+
+// Trains one engine through `data` (a step per entry), saving its state after every step; then, for every cut,
+// a fresh engine resumes from the state after step `cut`, trains the remaining steps and must end with every
+// parameter bit-identical. `check(whole, resumed, cut)` adds the caller's own comparisons.
+inline void expect_resume_bit_exact(const ModelConfig& cfg, const Recipe& recipe, uint32_t seed,
+                                    const std::vector<std::vector<Batch>>& data, const StepHyper& hyper,
+                                    const std::vector<int>& cuts,
+                                    const std::function<void(TrainingEngine&, TrainingEngine&, int)>& check = {}) {
+  const int total = static_cast<int>(data.size());
+  auto whole = make_cpu_engine(cfg, recipe, seed);
+  std::vector<std::vector<StateTensor>> states(static_cast<size_t>(total) + 1);
+  for (int s = 1; s <= total; ++s) {
+    whole->train_step(data[static_cast<size_t>(s - 1)], hyper);
+    states[static_cast<size_t>(s)] = whole->save_state();
+  }
+  const std::vector<float> final_params = all_parameters(*whole);
+  for (int cut : cuts) {
+    auto resumed = make_cpu_engine(cfg, recipe, seed);  // the run seed also keys the SR bits
+    resumed->load_state(states[static_cast<size_t>(cut)]);
+    for (int s = cut + 1; s <= total; ++s) resumed->train_step(data[static_cast<size_t>(s - 1)], hyper);
+    const std::vector<float> p = all_parameters(*resumed);
+    ASSERT_EQ(p.size(), final_params.size());
+    EXPECT_EQ(std::memcmp(p.data(), final_params.data(), p.size() * sizeof(float)), 0) << "resumed at step " << cut;
+    if (check) check(*whole, *resumed, cut);
+  }
 }
 
 // The CPU engine refuses a recipe whose optimizer is `name`, naming it.

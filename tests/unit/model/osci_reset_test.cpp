@@ -71,7 +71,7 @@ struct Scene {
     at(2) = 0.9f;
     at(3) = step % 2 ? 1.65f : 1.55f;
   }
-  std::vector<OsciTarget> targets() const { return {OsciTarget{"blocks.0.attn.wqkv", kRows, kCols, block128_rtn()}}; }
+  std::vector<OsciTarget> targets() const { return {OsciTarget{"blocks.0.attn.wqkv", kRows, kCols, block128_rtn(), {}}}; }
 };
 
 std::string error_of_load(OsciReset& o, const std::vector<StateTensor>& st) {
@@ -116,8 +116,9 @@ TEST(OsciReset, ResetsOnlyElementsThatOscillateAcrossABinEdge) {
   const std::vector<float>& after = s.fake.w["blocks.0.attn.wqkv"];
   EXPECT_EQ(after[1], q[1]);
   EXPECT_NEAR(after[1], 1.5f, 1e-5f);
-  for (size_t e = 0; e < after.size(); ++e)
+  for (size_t e = 0; e < after.size(); ++e) {
     if (e != 1) EXPECT_EQ(after[e], before[e]) << e;
+  }
 }
 
 TEST(OsciReset, TheMemoryEfficientVariantTracksTheElementsClosestToBinEdges) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "../model/engine_training_util.h"
 #include "../optim/thread_comm.h"
 #include "core/error.h"
 #include "dist/shard_plan.h"
@@ -18,21 +19,9 @@
 namespace fp4 {
 namespace {
 
-uint32_t fresh_seed() {
-  const uint32_t s = std::random_device{}();
-  std::cout << "[ seed " << s << " ]\n";
-  return s;
-}
-
-Batch next_token_batch(const ModelConfig& cfg, int b, int t, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> tok(0, cfg.vocab_real - 1);
-  Batch batch{b, t, {}, {}};
-  for (int i = 0; i < b * t; ++i) batch.tokens.push_back(tok(rng));
-  for (int i = 0; i < b * t; ++i)
-    batch.targets.push_back((i + 1) % t ? batch.tokens[size_t(i + 1)] : tok(rng));
-  return batch;
-}
+using testing::all_parameters;
+using testing::next_token_batch;
+uint32_t fresh_seed() { return testing::logged_seed(); }
 
 Recipe lora_recipe(int realign_every, int rank = 16) {
   return load_recipe("tetrajet-v2-lorasvd", {"lora_svd.realign_every=" + std::to_string(realign_every),
@@ -48,15 +37,6 @@ std::vector<float> read(const TrainingEngine& e, const std::string& name) {
     }
   ADD_FAILURE() << "no parameter " << name;
   return {};
-}
-
-std::vector<float> all_parameters(const TrainingEngine& e) {
-  std::vector<float> out;
-  for (const auto& p : e.parameters()) {
-    const std::vector<float> v = read(e, p.name);
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
 }
 
 std::vector<float> state_f32(const std::vector<StateTensor>& state, const std::string& name) {
@@ -166,27 +146,11 @@ TEST(LoraSvdEngine, ResumeIsBitExactAcrossARealignment) {
   const uint32_t seed = fresh_seed();
   const ModelConfig cfg = model_preset("tiny");
   const Recipe recipe = lora_recipe(3, 8);  // realigns after steps 3 and 6
-  const int total = 7;
   std::vector<std::vector<Batch>> data;
-  for (int s = 0; s < total; ++s) data.push_back({next_token_batch(cfg, 2, 64, seed + uint32_t(s))});
+  for (int s = 0; s < 7; ++s) data.push_back({next_token_batch(cfg, 2, 64, seed + uint32_t(s))});
   StepHyper hyper;
   hyper.lr = 2e-3f;
-  auto whole = make_cpu_engine(cfg, recipe, seed);
-  std::vector<std::vector<StateTensor>> states(total + 1);
-  for (int s = 1; s <= total; ++s) {
-    whole->train_step(data[size_t(s - 1)], hyper);
-    states[size_t(s)] = whole->save_state();
-  }
-  const std::vector<float> final_params = all_parameters(*whole);
-  for (int cut : {2, 3, 4}) {  // before, at and after the first realignment
-    auto resumed = make_cpu_engine(cfg, recipe, seed);
-    resumed->load_state(states[size_t(cut)]);
-    for (int s = cut + 1; s <= total; ++s) resumed->train_step(data[size_t(s - 1)], hyper);
-    const std::vector<float> p = all_parameters(*resumed);
-    ASSERT_EQ(p.size(), final_params.size());
-    EXPECT_EQ(std::memcmp(p.data(), final_params.data(), p.size() * sizeof(float)), 0)
-        << "resumed at step " << cut;
-  }
+  testing::expect_resume_bit_exact(cfg, recipe, seed, data, hyper, {2, 3, 4});  // before, at, after the first
 }
 
 // Two ZeRO-1 ranks (threads): the realignment runs on every rank alike (parameters bit-identical across

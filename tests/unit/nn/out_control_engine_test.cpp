@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 
+#include "../model/engine_training_util.h"
 #include "core/error.h"
 #include "model/cpu_engine.h"
 #include "nn/out_control.h"
@@ -75,48 +76,26 @@ TEST(OutControlEngine, TinyModelTrainsThroughCalibrationAndTheSplitLayers) {
   EXPECT_LT(last, first - 1.0);
 }
 
-std::vector<float> all_parameters(const TrainingEngine& e) {
-  std::vector<float> out;
-  for (const auto& p : e.parameters()) {
-    std::vector<float> v(size_t(p.numel()));
-    e.read_parameter(p.name, v);
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
-
 TEST(OutControlEngine, ResumeIsBitExactBeforeDuringAndAfterCalibration) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const ModelConfig cfg = model_preset("tiny");
   const Recipe recipe = out_control_recipe(3, 3);  // measures steps 3..5, freezes after 5
-  const int total = 8;
   std::vector<std::vector<Batch>> data;
-  for (int s = 0; s < total; ++s) data.push_back({random_batch(cfg, 2, 128, seed + uint32_t(s))});
+  for (int s = 0; s < 8; ++s) data.push_back({random_batch(cfg, 2, 128, seed + uint32_t(s))});
   StepHyper hyper;
   hyper.lr = 2e-3f;
-  auto whole = make_cpu_engine(cfg, recipe, seed);
-  std::vector<std::vector<StateTensor>> states(total + 1);
-  for (int s = 1; s <= total; ++s) {
-    whole->train_step(data[size_t(s - 1)], hyper);
-    states[size_t(s)] = whole->save_state();
-  }
-  const std::vector<float> final_params = all_parameters(*whole);
-  for (int cut : {1, 3, 4, 5, 6}) {  // before, inside (after its first and second step), at and after the end
-    auto resumed = make_cpu_engine(cfg, recipe, seed);  // the run seed also keys the SR bits
-    resumed->load_state(states[size_t(cut)]);
-    for (int s = cut + 1; s <= total; ++s) resumed->train_step(data[size_t(s - 1)], hyper);
-    const std::vector<float> p = all_parameters(*resumed);
-    ASSERT_EQ(p.size(), final_params.size());
-    EXPECT_EQ(std::memcmp(p.data(), final_params.data(), p.size() * sizeof(float)), 0)
-        << "resumed at step " << cut;
-    OutControl& a = out_control_of(*whole);
-    OutControl& b = out_control_of(*resumed);
-    for (size_t l = 0; l < a.layers().size(); ++l) {
-      EXPECT_EQ(a.layers()[l]->c8(), b.layers()[l]->c8()) << "cut " << cut;
-      EXPECT_EQ(a.layers()[l]->share(), b.layers()[l]->share()) << "cut " << cut;
-    }
-  }
+  // Cuts before, inside (after its first and second step), at and after the end of the calibration; the
+  // frozen channel sets must agree too.
+  testing::expect_resume_bit_exact(cfg, recipe, seed, data, hyper, {1, 3, 4, 5, 6},
+                                   [](TrainingEngine& whole, TrainingEngine& resumed, int cut) {
+                                     OutControl& a = out_control_of(whole);
+                                     OutControl& b = out_control_of(resumed);
+                                     for (size_t l = 0; l < a.layers().size(); ++l) {
+                                       EXPECT_EQ(a.layers()[l]->c8(), b.layers()[l]->c8()) << "cut " << cut;
+                                       EXPECT_EQ(a.layers()[l]->share(), b.layers()[l]->share()) << "cut " << cut;
+                                     }
+                                   });
 }
 
 TEST(OutControlEngine, AWidthWithNoValidCountIsNamed) {
