@@ -117,7 +117,9 @@ TEST(OsciReset, ResetsOnlyElementsThatOscillateAcrossABinEdge) {
   EXPECT_EQ(after[1], q[1]);
   EXPECT_NEAR(after[1], 1.5f, 1e-5f);
   for (size_t e = 0; e < after.size(); ++e) {
-    if (e != 1) EXPECT_EQ(after[e], before[e]) << e;
+    if (e != 1) {
+      EXPECT_EQ(after[e], before[e]) << e;
+    }
   }
 }
 
