@@ -1,0 +1,79 @@
+"""Checks bench/kernel_profile.py, which groups an Nsight Compute step profile into kernel families for
+docs/BENCHMARKS.md: every kernel our engine launches falls into the family it belongs to (a dequantize kernel
+once counted as a quantizer because its name contains the quantizer's), and the table adds up.
+
+Usage: check_kernel_profile.py --build-dir BUILD (the build directory is not used; ctest passes it)
+"""
+import argparse
+import csv
+import io
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import kernel_profile  # noqa: E402
+
+# Kernel names as ncu prints them (taken from this project's profiles) and the family each must get.
+EXPECTED = {
+    "void fp4::<unnamed>::dequantize_nvfp4_kernel<1>(fp4::Nvfp4DeviceView, long, void *, bool)": "NVFP4 dequantize",
+    "void fp4::dual::quantize_dual_fast_kernel<230u>(fp4::dual::DualArgs)": "NVFP4 quantize (dual, fused X/X^T)",
+    "void fp4::<unnamed>::quantize_rows_kernel<1, 0, 1>(fp4::qk::RowArgs)": "NVFP4 quantize (rows)",
+    "void fp4::<unnamed>::quantize_tiles_kernel<0, 0, 0>(fp4::qk::TileArgs)": "NVFP4 quantize (rows)",
+    "void fp4::<unnamed>::amax_kernel<1>(const void *, long, float *)": "NVFP4 amax pre-pass",
+    "void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, 0, float, float, float, 1, 0, "
+    "0, 0>(cublasLt::cublasSplitKParams<T6>, const T4 *)": "GEMM (cuBLASLt)",
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_"
+    "kernel__5x_cublas": "GEMM (cuBLASLt)",
+    "void fp4::cuda::attn::attention_fwd_wgmma_kernel<64, 2, 64, true, 2>(fp4::cuda::attn::FwdParams)":
+        "attention forward",
+    "void fp4::cuda::attn::attention_bwd_wgmma_pipe_kernel<64>(fp4::cuda::attn::BwdParams)": "attention backward",
+    "void fp4::cuda::attn::attention_bwd_prep_kernel<64>(const __nv_bfloat16 *, const __nv_bfloat16 *, long, "
+    "float *, float *, int, int, int)": "attention backward",
+    "void fp4::cuda::<unnamed>::rmsnorm_forward_kernel(const __nv_bfloat16 *)": "RMSNorm (+ residual)",
+    "void fp4::cuda::<unnamed>::qk_norm_rope_backward_kernel(float *)": "QK-norm + RoPE",
+    "void fp4::cuda::<unnamed>::swiglu_backward_kernel(const __nv_bfloat16 *)": "SwiGLU",
+    "void fp4::cuda::<unnamed>::adamw_kernel(float *)": "AdamW",
+    "void fp4::cuda::<unnamed>::cross_entropy_kernel(const __nv_bfloat16 *)": "cross-entropy / LM head loss",
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", default="")
+    ap.parse_args()
+    ok = True
+    for name, want in EXPECTED.items():
+        got = kernel_profile.family(name)
+        if got != want:
+            print(f"FAIL: {name[:70]}... -> {got!r}, want {want!r}")
+            ok = False
+    # The whole path: a CSV as ncu --csv writes it, through the script's command line.
+    buf = io.StringIO()
+    w = csv.writer(buf, quoting=csv.QUOTE_ALL)
+    w.writerow(["ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"])
+    times = [1000, 3000, 2000, 4000]
+    names = list(EXPECTED)[:4]
+    for i, (n, t) in enumerate(zip(names, times)):
+        w.writerow([i, n, "gpu__time_duration.sum", "ns", f"{t:,}"])
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+        f.write("==PROF== a line ncu prints first\n" + buf.getvalue())
+        path = f.name
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "kernel_profile.py"), path, "--label", "t"],
+                         capture_output=True, text=True, check=True).stdout
+    os.unlink(path)
+    rows = [l for l in out.splitlines() if l.startswith("| NVFP4")]
+    shares = {l.split("|")[1].strip(): float(l.split("|")[4].strip().rstrip("%")) for l in rows}
+    want_shares = {"NVFP4 quantize (rows)": 60.0, "NVFP4 quantize (dual, fused X/X^T)": 30.0,
+                   "NVFP4 dequantize": 10.0}
+    if "4 kernel launches, 0.01 ms" not in out or shares != want_shares:
+        print("FAIL: table\n" + out)
+        ok = False
+    print("check_kernel_profile: " + ("OK" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
