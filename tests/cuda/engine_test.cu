@@ -23,6 +23,7 @@
 #include "model/cpu_engine.h"
 #include "model/cuda/cuda_engine.h"
 #include "model/olmo2.h"
+#include "numerics/quantize.h"
 #include "ops/cuda/adamw_cuda.h"
 #include "ops/cuda/causal_sdpa_cuda.h"
 #include "ops/cuda/cross_entropy_cuda.h"
@@ -33,6 +34,7 @@
 #include "ops/cuda/swiglu_cuda.h"
 #include "ops/ops.h"
 #include "optim/grad_clip.h"
+#include "optim/osci_reset.h"
 #include "recipe/recipe_io.h"
 
 namespace fp4 {
@@ -828,6 +830,59 @@ TEST_P(CudaEngineVsCpu, TwentyStepsLowerTheLossAndTrackTheCpuCurve) {
   const StepStats eg = gpu->evaluate(eb), ecpu = cpu->evaluate(eb);
   EXPECT_EQ(eg.tokens, ecpu.tokens);
   EXPECT_NEAR(eg.loss, ecpu.loss, 3 * ec.curve_tol * tail_c);
+}
+
+// OsciReset on the CUDA engine: the trainer drives it through read_parameter / write_parameter. With
+// threshold 0 every tracked element is reset when the window closes, so each tracked weight read back from
+// the device must be Q(w) of the weights just before (the forward quantizer, scales recomputed), bit for bit;
+// training then goes on with finite losses.
+TEST(CudaEngine, OsciResetWritesGridPointsThroughTheEngine) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const ModelConfig cfg = engine_config("small64");
+  const Recipe recipe = load_recipe("tetrajet-v2-base");
+  auto gpu = make_cuda_engine(cfg, recipe, seed);
+  OsciResetConfig oc;
+  oc.enabled = true;
+  oc.window = 2;
+  oc.period = 4;
+  oc.start = 2;
+  oc.threshold = 0.0;
+  OsciReset osci(oc, 12, osci_targets(gpu->parameters(), recipe, cfg.n_layers));
+  ASSERT_FALSE(osci.targets().empty());
+  struct DeviceWeights final : WeightAccess {
+    explicit DeviceWeights(TrainingEngine& e) : e(e) {}
+    void read(const std::string& name, std::span<float> out) override { e.read_parameter(name, out); }
+    void write(const std::string& name, std::span<const float> in) override { e.write_parameter(name, in); }
+    TrainingEngine& e;
+  } weights(*gpu);
+  StepHyper h;
+  h.lr = 3e-3f;
+  int windows = 0;
+  for (int step = 1; step <= 8; ++step) {
+    const Batch batch = random_batch(rng, cfg, 2, 64);  // 128 tokens: block128 scaling along the tokens
+    ASSERT_TRUE(std::isfinite(gpu->train_step({&batch, 1}, h).loss)) << "step " << step;
+    std::vector<std::vector<float>> before;
+    for (const OsciTarget& t : osci.targets()) {
+      before.emplace_back(static_cast<size_t>(t.rows * t.cols));
+      gpu->read_parameter(t.name, before.back());
+    }
+    const std::optional<OsciResetReport> report = osci.after_step(step, weights);
+    if (!report) continue;
+    ++windows;
+    for (size_t i = 0; i < osci.targets().size(); ++i) {
+      const OsciTarget& t = osci.targets()[i];
+      const Nvfp4Tensor q = quantize_nvfp4(before[i].data(), t.rows, t.cols, t.q2, QuantRandomness{});
+      std::vector<float> want(before[i].size()), got(before[i].size());
+      dequantize(q, want.data());
+      gpu->read_parameter(t.name, got);
+      EXPECT_EQ(report->layers[i].reset, t.rows * t.cols) << t.name;
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << t.name << " at step " << step;
+    }
+  }
+  EXPECT_EQ(windows, 2);  // windows close after steps 4 and 8
 }
 
 // tiny: head size 32 (the fallback attention); small64: head size 64 (the fused attention kernels).
