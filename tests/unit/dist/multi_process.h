@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -57,7 +58,7 @@ inline std::vector<int> reap(const std::vector<pid_t>& pids, std::chrono::millis
 }
 
 // Forks world processes; child r runs body(env of rank r) and exits with its result (2 when it
-// throws fp4::Error). Returns the exit codes, waiting at most `limit` (children still running then
+// throws fp4::Error, whose message it prints). Returns the exit codes, waiting at most `limit` (children still running then
 // are killed and reported as -1; killed by signal N: 100 + N).
 inline std::vector<int> run_ranks(int world, const std::function<int(const DistEnv&)>& body,
                                   std::chrono::milliseconds limit = std::chrono::seconds(20)) {
@@ -71,7 +72,8 @@ inline std::vector<int> run_ranks(int world, const std::function<int(const DistE
         DistEnv env{r, world, r, "127.0.0.1", port};
         env.launched = true;
         code = body(env);
-      } catch (const Error&) {
+      } catch (const Error& e) {
+        std::fprintf(stderr, "rank %d of %d: %s\n", r, world, e.what());  // the test reports only the code
         code = 2;
       }
       ::_exit(code);
