@@ -73,6 +73,28 @@ inline double train_on(TrainingEngine& e, const Batch& batch, int steps, double*
   return last;
 }
 
+// Trains 3 steps on one batch, saves the state and loads it into an engine made with another seed; both
+// then train 3 more steps bit-identically (losses, parameters, state bytes). Returns the saved state.
+inline std::vector<StateTensor> expect_state_round_trip(const ModelConfig& cfg, const Recipe& recipe,
+                                                        uint32_t seed) {
+  const Batch batch = random_token_batch(cfg, 2, 32, seed), next = random_token_batch(cfg, 2, 32, seed + 1);
+  auto a = make_cpu_engine(cfg, recipe, seed);
+  train_on(*a, batch, 3, nullptr);
+  std::vector<StateTensor> state = a->save_state();
+  auto b = make_cpu_engine(cfg, recipe, seed + 7);  // other weights and SR seed until the load
+  b->load_state(state);
+  EXPECT_EQ(all_parameters(*a), all_parameters(*b));
+  for (int s = 0; s < 3; ++s) {
+    const double la = train_on(*a, next, 1, nullptr), lb = train_on(*b, next, 1, nullptr);
+    EXPECT_EQ(la, lb) << "step " << s;
+  }
+  EXPECT_EQ(all_parameters(*a), all_parameters(*b));
+  const auto sa = a->save_state(), sb = b->save_state();
+  EXPECT_EQ(sa.size(), sb.size());
+  for (size_t i = 0; i < sa.size() && i < sb.size(); ++i) EXPECT_EQ(sa[i].bytes, sb[i].bytes) << sa[i].name;
+  return state;
+}
+
 // Trains one engine through `data` (a step per entry), saving its state after every step; then, for every cut,
 // a fresh engine resumes from the state after step `cut`, trains the remaining steps and must end with every
 // parameter bit-identical. `check(whole, resumed, cut)` adds the caller's own comparisons.

@@ -24,6 +24,7 @@ using ::testing::HasSubstr;
 using testing::all_parameters;
 using testing::logged_seed;
 using testing::random_token_batch;
+using testing::expect_state_round_trip;
 using testing::train_on;
 
 class QAdamWTraining : public ::testing::TestWithParam<const char*> {};
@@ -54,21 +55,7 @@ TEST(QAdamWEngine, ResumesBitForBit) {
   const uint32_t seed = logged_seed();
   const ModelConfig cfg = model_preset("tiny");
   const Recipe recipe = load_recipe("bf16", {"optimizer=q-adamw"});
-  const Batch batch = random_token_batch(cfg, 2, 32, seed), next = random_token_batch(cfg, 2, 32, seed + 1);
-  auto a = make_cpu_engine(cfg, recipe, seed);
-  train_on(*a, batch, 3, nullptr);
-  const auto state = a->save_state();
-  auto b = make_cpu_engine(cfg, recipe, seed + 7);  // other weights and SR seed until the load
-  b->load_state(state);
-  EXPECT_EQ(all_parameters(*a), all_parameters(*b));
-  for (int s = 0; s < 3; ++s) {
-    const double la = train_on(*a, next, 1, nullptr), lb = train_on(*b, next, 1, nullptr);
-    EXPECT_EQ(la, lb) << "step " << s;
-  }
-  EXPECT_EQ(all_parameters(*a), all_parameters(*b));
-  const auto sa = a->save_state(), sb = b->save_state();
-  ASSERT_EQ(sa.size(), sb.size());
-  for (size_t i = 0; i < sa.size(); ++i) EXPECT_EQ(sa[i].bytes, sb[i].bytes) << sa[i].name;
+  const auto state = expect_state_round_trip(cfg, recipe, seed);
   // An AdamW engine refuses the Q-AdamW state by name.
   auto c = make_cpu_engine(cfg, load_recipe("bf16"), seed);
   try {

@@ -26,6 +26,7 @@ using ::testing::HasSubstr;
 using testing::all_parameters;
 using testing::logged_seed;
 using testing::random_token_batch;
+using testing::expect_state_round_trip;
 using testing::train_on;
 
 std::string test_name(const ::testing::TestParamInfo<const char*>& info) {
@@ -65,21 +66,8 @@ TEST_P(RootEngine, ResumesBitForBit) {
   const uint32_t seed = logged_seed();
   const ModelConfig cfg = model_preset("tiny");
   const Recipe recipe = recipe_for(GetParam());
-  const Batch batch = random_token_batch(cfg, 2, 32, seed), next = random_token_batch(cfg, 2, 32, seed + 1);
-  auto a = make_cpu_engine(cfg, recipe, seed);
-  train_on(*a, batch, 3, nullptr);
-  const auto state = a->save_state();
-  auto b = make_cpu_engine(cfg, recipe, seed + 7);  // other weights until the load
-  b->load_state(state);
-  EXPECT_EQ(all_parameters(*a), all_parameters(*b));
-  for (int s = 0; s < 3; ++s) {
-    const double la = train_on(*a, next, 1, nullptr), lb = train_on(*b, next, 1, nullptr);
-    EXPECT_EQ(la, lb) << "step " << s;
-  }
-  EXPECT_EQ(all_parameters(*a), all_parameters(*b));
-  const auto sa = a->save_state(), sb = b->save_state();
-  ASSERT_EQ(sa.size(), sb.size());
-  for (size_t i = 0; i < sa.size(); ++i) EXPECT_EQ(sa[i].bytes, sb[i].bytes) << sa[i].name;
+  const auto state = expect_state_round_trip(cfg, recipe, seed);
+  auto a = make_cpu_engine(cfg, recipe, seed);  // the parameter list the state describes
   // Every matrix ROOT owns has its momentum in the state, every other parameter its AdamW moments.
   const StateIndex index(state);
   int roots = 0;
@@ -93,13 +81,15 @@ TEST_P(RootEngine, ResumesBitForBit) {
   // An AdamW engine refuses the ROOT state (its moments are missing), the ROOT engine an AdamW state.
   auto c = make_cpu_engine(cfg, load_recipe("bf16"), seed);
   EXPECT_THROW(c->load_state(state), Error);
+  a->load_state(state);
+  const std::vector<float> before = all_parameters(*a);
   try {
-    b->load_state(c->save_state());
+    a->load_state(c->save_state());
     ADD_FAILURE() << "a root engine loaded an adamw state";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("'optimizer'"));
   }
-  EXPECT_EQ(all_parameters(*a), all_parameters(*b)) << "a refused load changed the engine";
+  EXPECT_EQ(all_parameters(*a), before) << "a refused load changed the engine";
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, RootEngine, ::testing::Values("optimizer=root", "optimizer=q-root"),
