@@ -73,7 +73,7 @@ phase_attnbench() {
 phase_dualprofile() {
   local ncu
   ncu=$(ncu_bin)
-  timeout 150 "$ncu" -k "regex:quantize_dual_kernel" -c 1 --section SpeedOfLight --section Occupancy \
+  timeout 150 "$ncu" -k "regex:quantize_dual_fast_kernel" -c 1 --section SpeedOfLight --section Occupancy \
     --section WarpStateStats --section LaunchStats --section SchedulerStats --section MemoryWorkloadAnalysis \
     --section SourceCounters --section InstructionStats \
     $B/quantize_bench --sizes-mib 64 --dtypes bf16 --runs 1 >"$out/ncu-dual.txt" 2>&1
