@@ -17,7 +17,7 @@
 #   dist2        scripts/dist_gpu_check.sh 2 (needs two GPUs)
 #   distscale    bench/dist_scaling.sh olmo2-370m on 1 and 2 GPUs ($DIST_SCALE_RECIPES, default bf16 tetrajet-v2-base)
 #   normbench    norm_kernels_bench (RMSNorm, QK-norm+RoPE, SwiGLU against a D2D copy)
-#   testsbg      start test_cuda in the background (it is CPU-heavy: it overlaps the GPU phases after it)
+#   testsbg      start test_cuda in the background on GPU $TESTS_GPU (default 0; CPU-heavy: it overlaps the phases after it)
 #   testswait    wait for it and report
 #   testsgpu1    start test_cuda in the background on GPU 1 (two-GPU machines; testswait waits for it)
 #   attnbench    attention_bench (our causal attention kernels, every variant, forward and backward)
@@ -31,8 +31,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 out=${OUT:-$root/gpu-out}
 mkdir -p "$out"
-B=build-gpu
-export NCCL_NVLS_ENABLE=0
+# GPU_BUILD_DIR: a build folder outside a copied tree survives between calls on a machine kept warm.
+B=${GPU_BUILD_DIR:-build-gpu}
+export B NCCL_NVLS_ENABLE=0
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
 
@@ -52,8 +53,8 @@ phase_normbench() {
   note "norm_kernels_bench rc=$?"
   grep -E "^\|" "$out/norm_kernels_bench.log" | head -24
 }
-phase_testsbg() {
-  (timeout 400 $B/test_cuda --gtest_brief=1 >"$out/test_cuda.log" 2>&1; echo $? >"$out/test_cuda.rc") &
+phase_testsbg() {  # TESTS_GPU picks the GPU (default: the first visible)
+  (CUDA_VISIBLE_DEVICES=${TESTS_GPU:-${CUDA_VISIBLE_DEVICES:-0}} timeout 400 $B/test_cuda --gtest_brief=1 >"$out/test_cuda.log" 2>&1; echo $? >"$out/test_cuda.rc") &
   note "test_cuda started in the background"
 }
 phase_testswait() {
