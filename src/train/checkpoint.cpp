@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <future>
 
 #include "core/error.h"
 #include "train/file_io.h"
@@ -71,8 +73,38 @@ void prune(const fs::path& run_dir, int keep_last, const fs::path& keep_always) 
     if (all[static_cast<size_t>(i)] != keep_always) fs::remove_all(all[static_cast<size_t>(i)]);
 }
 
-nlohmann::json file_entry(const fs::path& path) {
-  return {{"bytes", fs::file_size(path)}, {"sha256", sha256_file(path)}};
+nlohmann::json file_entry(const FileDigest& d) {
+  return {{"bytes", d.bytes}, {"sha256", d.sha256}};
+}
+
+// Checks that the manifest lists the file and that it exists with the listed size.
+void check_listed_and_sized(const fs::path& manifest_path, const nlohmann::json& manifest,
+                            const fs::path& path) {
+  const std::string f = path.filename().string();
+  FP4_CHECK(manifest.at("files").contains(f), manifest_path.string(), ": does not list ", f);
+  const auto expected_bytes = manifest.at("files").at(f).value("bytes", uint64_t{0});
+  FP4_CHECK(fs::is_regular_file(path), path.string(), ": missing");
+  const auto bytes = fs::file_size(path);
+  FP4_CHECK(bytes >= expected_bytes, path.string(), ": truncated: ", bytes, " bytes, the manifest says ",
+            expected_bytes);
+  FP4_CHECK(bytes == expected_bytes, path.string(), ": ", bytes, " bytes, the manifest says ",
+            expected_bytes);
+}
+
+void check_sha256(const fs::path& path, const std::string& sha, const nlohmann::json& entry) {
+  FP4_CHECK(sha == entry.value("sha256", ""), path.string(), ": checksum mismatch (sha256 ", sha,
+            ", the manifest says ", entry.value("sha256", "?"), ")");
+}
+
+// Reads a safetensors file once, checks its size and SHA-256 against the manifest entry on the
+// bytes in memory, then parses those same bytes.
+std::vector<StateTensor> read_verified_tensors(const fs::path& path, const nlohmann::json& entry) {
+  const std::string raw = read_file(path);
+  const auto expected_bytes = entry.value("bytes", uint64_t{0});
+  FP4_CHECK(raw.size() == expected_bytes, path.string(), ": ", raw.size(), " bytes read, the manifest says ",
+            expected_bytes);
+  check_sha256(path, sha256_hex(raw), entry);
+  return parse_safetensors(raw, path.string()).tensors;
 }
 
 }  // namespace
@@ -111,17 +143,24 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEn
   const fs::path tmp = root / (kTempPrefix + name + "-" + std::to_string(::getpid()));
   fs::create_directory(tmp);
 
-  const std::vector<StateTensor> params = parameter_tensors(engine);
+  // The state file (the larger) is written and hashed on a second thread while this one reads the
+  // parameters out of the engine and writes the model file. On a throw here the future's destructor
+  // waits for that thread; the temp dir is removed by the next save, as after a crash.
+  auto state_written = std::async(std::launch::async, [&] {
+    return write_safetensors_hashed(tmp / kStateFile, state, {{"step", std::to_string(step)}});
+  });
   const SafetensorsMetadata meta = {
       {"format", "pt"}, {"step", std::to_string(step)}, {"model", engine.config().name}};
-  write_safetensors(tmp / kModelFile, params, meta);
+  const FileDigest model_file = write_safetensors_hashed(tmp / kModelFile, parameter_tensors(engine), meta);
+  const FileDigest state_file = state_written.get();
   stage("model");
-  write_safetensors(tmp / kStateFile, state, {{"step", std::to_string(step)}});
   stage("state");
-  write_file_synced(tmp / kTrainerFile, trainer.dump(2) + "\n");
+  const FileDigest trainer_file = write_file_synced_hashed(tmp / kTrainerFile, trainer.dump(2) + "\n");
   stage("trainer");
   nlohmann::json manifest = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion}, {"step", step}};
-  for (const char* f : {kModelFile, kStateFile, kTrainerFile}) manifest["files"][f] = file_entry(tmp / f);
+  manifest["files"][kModelFile] = file_entry(model_file);
+  manifest["files"][kStateFile] = file_entry(state_file);
+  manifest["files"][kTrainerFile] = file_entry(trainer_file);
   write_file_synced(tmp / kManifestFile, manifest.dump(2) + "\n");
   fsync_directory(tmp);
   stage("manifest");
@@ -182,27 +221,38 @@ Checkpoint load_checkpoint(const fs::path& dir, bool with_state) {
             ": unsupported version ", manifest.value("version", 0));
   FP4_CHECK(manifest.contains("files") && manifest["files"].is_object(), manifest_path.string(),
             ": no \"files\" entry");
-  for (const char* f : {kModelFile, kStateFile, kTrainerFile}) {
-    const fs::path path = dir / f;
-    FP4_CHECK(manifest["files"].contains(f), manifest_path.string(), ": does not list ", f);
-    const auto& entry = manifest["files"][f];
-    FP4_CHECK(fs::is_regular_file(path), path.string(), ": missing");
-    const auto expected_bytes = entry.value("bytes", uint64_t{0});
-    const auto bytes = fs::file_size(path);
-    FP4_CHECK(bytes >= expected_bytes, path.string(), ": truncated: ", bytes, " bytes, the manifest says ",
-              expected_bytes);
-    FP4_CHECK(bytes == expected_bytes, path.string(), ": ", bytes, " bytes, the manifest says ",
-              expected_bytes);
-    const std::string sha = sha256_file(path);
-    FP4_CHECK(sha == entry.value("sha256", ""), path.string(), ": checksum mismatch (sha256 ", sha,
-              ", the manifest says ", entry.value("sha256", "?"), ")");
-  }
+  // Cheap checks of all files first, so a missing or truncated file is reported before any hashing.
+  for (const char* f : {kModelFile, kStateFile, kTrainerFile})
+    check_listed_and_sized(manifest_path, manifest, dir / f);
+  const nlohmann::json& files = manifest.at("files");
 
+  // The two large files are read and verified concurrently; errors are reported model first.
+  auto state_read = std::async(std::launch::async, [&] {
+    const fs::path path = dir / kStateFile;
+    if (with_state) return read_verified_tensors(path, files.at(kStateFile));
+    check_sha256(path, sha256_file(path), files.at(kStateFile));
+    return std::vector<StateTensor>{};
+  });
   Checkpoint ckpt;
-  ckpt.dir = dir;
-  const fs::path trainer_path = dir / kTrainerFile;
+  std::exception_ptr model_error;
   try {
-    ckpt.trainer = nlohmann::json::parse(read_file(trainer_path));
+    ckpt.model = read_verified_tensors(dir / kModelFile, files.at(kModelFile));
+  } catch (...) {
+    model_error = std::current_exception();
+  }
+  try {
+    ckpt.state = state_read.get();
+  } catch (...) {
+    if (!model_error) throw;
+  }
+  if (model_error) std::rethrow_exception(model_error);
+  const fs::path trainer_path = dir / kTrainerFile;
+  const std::string trainer_text = read_file(trainer_path);
+  check_sha256(trainer_path, sha256_hex(trainer_text), files.at(kTrainerFile));
+
+  ckpt.dir = dir;
+  try {
+    ckpt.trainer = nlohmann::json::parse(trainer_text);
   } catch (const nlohmann::json::exception& e) {
     FP4_THROW(trainer_path.string(), ": not valid JSON: ", e.what());
   }
@@ -212,8 +262,6 @@ Checkpoint load_checkpoint(const fs::path& dir, bool with_state) {
   FP4_CHECK(ckpt.trainer["step"] == manifest.value("step", int64_t{-1}), trainer_path.string(), ": step ",
             ckpt.trainer["step"].dump(), " disagrees with the manifest's ",
             manifest.value("step", int64_t{-1}));
-  ckpt.model = read_safetensors(dir / kModelFile).tensors;
-  if (with_state) ckpt.state = read_safetensors(dir / kStateFile).tensors;
   return ckpt;
 }
 

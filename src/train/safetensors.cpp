@@ -47,8 +47,11 @@ size_t safetensors_dtype_size(const std::string& dtype) {
   return it->second;
 }
 
-void write_safetensors(const std::filesystem::path& path, std::span<const StateTensor> tensors,
-                       const SafetensorsMetadata& metadata) {
+namespace {
+
+// The file's first bytes: the u64 header length and the padded JSON header. Validates the tensors.
+std::string header_bytes_of(const std::filesystem::path& path, std::span<const StateTensor> tensors,
+                            const SafetensorsMetadata& metadata) {
   nlohmann::json header = nlohmann::json::object();
   std::set<std::string> names;
   uint64_t offset = 0;
@@ -67,20 +70,40 @@ void write_safetensors(const std::filesystem::path& path, std::span<const StateT
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  uint8_t length[8];
   const uint64_t n = text.size();
-  std::memcpy(length, &n, 8);
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &n, 8);
+  return out + text;
+}
 
+// The byte ranges of the whole file, in order, over `head` and the tensors' own buffers.
+std::vector<std::span<const uint8_t>> file_parts(const std::string& head,
+                                                 std::span<const StateTensor> tensors) {
   std::vector<std::span<const uint8_t>> parts;
-  parts.emplace_back(length, 8);
-  parts.emplace_back(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  parts.emplace_back(reinterpret_cast<const uint8_t*>(head.data()), head.size());
   for (const auto& t : tensors) parts.emplace_back(t.bytes.data(), t.bytes.size());
-  write_file_synced(path, parts);
+  return parts;
+}
+
+}  // namespace
+
+void write_safetensors(const std::filesystem::path& path, std::span<const StateTensor> tensors,
+                       const SafetensorsMetadata& metadata) {
+  const std::string head = header_bytes_of(path, tensors, metadata);
+  write_file_synced(path, file_parts(head, tensors));
+}
+
+FileDigest write_safetensors_hashed(const std::filesystem::path& path, std::span<const StateTensor> tensors,
+                                    const SafetensorsMetadata& metadata) {
+  const std::string head = header_bytes_of(path, tensors, metadata);
+  return write_file_synced_hashed(path, file_parts(head, tensors));
 }
 
 SafetensorsContent read_safetensors(const std::filesystem::path& path) {
-  const std::string file = path.string();
-  const std::string raw = read_file(path);
+  return parse_safetensors(read_file(path), path.string());
+}
+
+SafetensorsContent parse_safetensors(std::string_view raw, const std::string& file) {
   FP4_CHECK(raw.size() >= 8, file, ": truncated: ", raw.size(),
             " bytes, shorter than the 8-byte header length");
   uint64_t header_bytes = 0;

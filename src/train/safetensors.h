@@ -10,9 +10,11 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/engine.h"
+#include "train/file_io.h"
 
 namespace fp4 {
 
@@ -35,9 +37,15 @@ size_t safetensors_dtype_size(const std::string& dtype);
 void write_safetensors(const std::filesystem::path& path, std::span<const StateTensor> tensors,
                        const SafetensorsMetadata& metadata = {});
 
+// The same, returning the file's size and SHA-256, hashed from memory as the bytes are written.
+FileDigest write_safetensors_hashed(const std::filesystem::path& path, std::span<const StateTensor> tensors,
+                                    const SafetensorsMetadata& metadata = {});
+
 // Reads and validates the whole file: every fault (truncated, bad header, unknown dtype, offsets
 // out of range, gaps, overlaps, trailing bytes) throws fp4::Error naming the file and the tensor.
 SafetensorsContent read_safetensors(const std::filesystem::path& path);
+// The same checks on the file's bytes already in memory; errors name `file`.
+SafetensorsContent parse_safetensors(std::string_view raw, const std::string& file);
 
 // An F32 tensor from floats, and the floats back (checking dtype F32 and the element count).
 StateTensor make_f32_tensor(const std::string& name, std::vector<int64_t> shape,
