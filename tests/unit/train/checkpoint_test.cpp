@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <random>
 
@@ -150,6 +151,58 @@ TEST(Checkpoint, NoCheckpointAndBrokenPointers) {
   EXPECT_THROW(save_checkpoint(run.path(), 9, *engine, trainer_json(8)), Error);
 }
 
+// The manifest's sha256 of each file, computed from memory while writing, is the SHA-256 of the
+// file on disk: the portable hasher and coreutils' sha256sum agree.
+TEST(Checkpoint, ManifestHashesMatchTheFilesOnDisk) {
+  TempDir run;
+  std::mt19937_64 rng(std::random_device{}());
+  auto engine = trained_engine(rng(), 2);
+  const auto dir = save_checkpoint(run.path(), 2, *engine, trainer_json(2));
+  const auto manifest = nlohmann::json::parse(read_file(dir / "manifest.json"));
+  ASSERT_EQ(manifest["files"].size(), 3u);
+  for (const auto& [name, entry] : manifest["files"].items()) {
+    const fs::path path = dir / name;
+    EXPECT_EQ(entry["bytes"].get<uint64_t>(), fs::file_size(path)) << name;
+    EXPECT_EQ(entry["sha256"], sha256_file(path, Sha256Impl::kPortable)) << name;
+    std::FILE* p = ::popen(("sha256sum '" + path.string() + "'").c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char out[65] = {};
+    ASSERT_EQ(std::fread(out, 1, 64, p), 64u);
+    ::pclose(p);
+    EXPECT_EQ(entry["sha256"], std::string(out)) << name;
+  }
+  // The files hold what the engine had: parameters and state read back equal a fresh copy.
+  const auto ckpt = load_checkpoint(dir);
+  const auto state = engine->save_state();
+  ASSERT_EQ(ckpt.state.size(), state.size());
+  for (size_t i = 0; i < state.size(); ++i) EXPECT_EQ(ckpt.state[i].bytes, state[i].bytes) << state[i].name;
+  for (const auto& t : ckpt.model) {
+    std::vector<float> w(t.bytes.size() / 4);
+    engine->read_parameter(t.name, w);
+    EXPECT_EQ(f32_values(t), w) << t.name;
+  }
+}
+
+// A write that fails on the state thread is reported with the file and tensor at fault, the
+// previous checkpoint stays the latest, and the next save succeeds.
+TEST(Checkpoint, FailedStateWriteIsReportedAndHarmless) {
+  TempDir run;
+  auto engine = trained_engine(13, 1);
+  const auto first = save_checkpoint(run.path(), 1, *engine, trainer_json(1));
+  const auto before = fingerprint(first);
+  auto state = engine->save_state();
+  state.push_back(StateTensor{"bad", "F32", {3}, std::vector<uint8_t>(5)});
+  const std::string msg = error_of([&] { save_checkpoint(run.path(), 2, *engine, trainer_json(2), state); });
+  EXPECT_THAT(msg, HasSubstr("state.safetensors: tensor 'bad'"));
+  EXPECT_EQ(latest_name(run.path()), "step_000001\n");
+  EXPECT_EQ(fingerprint(first), before);
+  EXPECT_EQ(list_checkpoints(run.path()).size(), 1u);
+  save_checkpoint(run.path(), 2, *engine, trainer_json(2));
+  EXPECT_EQ(load_checkpoint(*latest_checkpoint(run.path())).step(), 2);
+  for (const auto& e : fs::directory_iterator(checkpoint_root(run.path())))
+    EXPECT_NE(e.path().filename().string().rfind(".tmp-", 0), 0u) << e.path();
+}
+
 class CorruptCheckpoint : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -161,18 +214,35 @@ class CorruptCheckpoint : public ::testing::Test {
   fs::path dir_;
 };
 
+void flip_random_bit(const fs::path& path, std::mt19937_64& rng) {
+  std::string raw = read_file(path);
+  const size_t at = rng() % raw.size();
+  raw[at] = static_cast<char>(raw[at] ^ (1 << (rng() % 8)));
+  write_file_synced(path, raw);
+}
+
+// Also without reading the state: its checksum is still verified.
 TEST_F(CorruptCheckpoint, FlippedByteIsAChecksumMismatch) {
   std::mt19937_64 rng(std::random_device{}());
-  for (const char* f : {"model.safetensors", "state.safetensors", "trainer.json"}) {
-    const auto path = dir_ / f;
-    std::string raw = read_file(path);
-    const size_t at = rng() % raw.size();
-    raw[at] = static_cast<char>(raw[at] ^ (1 << (rng() % 8)));
-    write_file_synced(path, raw);
-    const std::string msg = error_of([&] { load_checkpoint(dir_); });
-    EXPECT_THAT(msg, HasSubstr(path.string() + ": checksum mismatch")) << f;
-    SetUp();  // a fresh, intact checkpoint for the next file
+  for (const bool with_state : {true, false}) {
+    for (const char* f : {"model.safetensors", "state.safetensors", "trainer.json"}) {
+      const auto path = dir_ / f;
+      flip_random_bit(path, rng);
+      const std::string msg = error_of([&] { load_checkpoint(dir_, with_state); });
+      EXPECT_THAT(msg, HasSubstr(path.string() + ": checksum mismatch")) << f << " with_state " << with_state;
+      SetUp();  // a fresh, intact checkpoint for the next file
+    }
   }
+}
+
+// Model and state are verified concurrently; with both damaged the model is reported, every time.
+TEST_F(CorruptCheckpoint, BothLargeFilesDamagedReportsTheModel) {
+  std::mt19937_64 rng(std::random_device{}());
+  flip_random_bit(dir_ / "model.safetensors", rng);
+  flip_random_bit(dir_ / "state.safetensors", rng);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_THAT(error_of([&] { load_checkpoint(dir_); }),
+                HasSubstr((dir_ / "model.safetensors").string() + ": checksum mismatch"));
 }
 
 TEST_F(CorruptCheckpoint, TruncatedMissingAndManifestProblems) {

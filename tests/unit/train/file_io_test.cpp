@@ -6,6 +6,7 @@
 #include <random>
 
 #include "test_util.h"
+#include "train/sha256.h"
 
 namespace fp4 {
 namespace {
@@ -29,6 +30,45 @@ TEST(FileIo, SyncedWriteConcatenatesParts) {
   EXPECT_EQ(read_file(dir / "f.bin"), expected);
   write_file_synced(dir / "f.bin", "short");  // truncates
   EXPECT_EQ(read_file(dir / "f.bin"), "short");
+}
+
+// The digest is that of the bytes on disk: parts of random sizes, some empty, some spanning several
+// of the writer's 1 MiB hashing pieces.
+TEST(FileIo, HashedWriteDigestsTheWholeFile) {
+  TempDir dir;
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<std::vector<uint8_t>> chunks(rng() % 6 + 2);
+  for (auto& c : chunks) {
+    const auto kind = rng() % 3;
+    c.resize(kind == 0 ? 0 : kind == 1 ? rng() % 200 : (size_t{1} << 20) + rng() % (size_t{2} << 20));
+    for (auto& b : c) b = static_cast<uint8_t>(rng());
+  }
+  std::vector<std::span<const uint8_t>> parts(chunks.begin(), chunks.end());
+  const FileDigest d = write_file_synced_hashed(dir / "f.bin", parts);
+  const std::string on_disk = read_file(dir / "f.bin");
+  EXPECT_EQ(d.bytes, on_disk.size());
+  EXPECT_EQ(d.bytes, std::filesystem::file_size(dir / "f.bin"));
+  EXPECT_EQ(d.sha256, sha256_file(dir / "f.bin", Sha256Impl::kPortable));
+  EXPECT_EQ(d.sha256, sha256_hex(on_disk, Sha256Impl::kPortable));
+  const FileDigest empty = write_file_synced_hashed(dir / "e.bin", "");
+  EXPECT_EQ(empty.bytes, 0u);
+  EXPECT_EQ(empty.sha256, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_THAT(error_of([&] { write_file_synced_hashed(dir / "no/dir/f", "x"); }),
+              HasSubstr("no/dir/f: cannot create"));
+}
+
+// read_file sizes its buffer from the file, and still reads files that report size 0 (/proc).
+TEST(FileIo, ReadFileWholeContent) {
+  TempDir dir;
+  std::mt19937_64 rng(std::random_device{}());
+  std::string data((size_t{1} << 20) + rng() % 100000, '\0');
+  for (auto& c : data) c = static_cast<char>(rng());
+  write_file_synced(dir / "big.bin", data);
+  EXPECT_EQ(read_file(dir / "big.bin"), data);
+  write_file_synced(dir / "empty", "");
+  EXPECT_EQ(read_file(dir / "empty"), "");
+  EXPECT_THAT(read_file("/proc/self/status"), HasSubstr("Name:"));
+  EXPECT_THAT(error_of([&] { read_file(dir.path()); }), HasSubstr("is a directory"));
 }
 
 TEST(FileIo, AtomicReplaceLeavesNoTempFile) {
