@@ -145,7 +145,7 @@ void bench_shape(const Shape& s, int reps) {
   }
   fwd_public();
   for (const attn::BwdVariant& bv : attn::backward_variants()) {
-    if (bv.head_dim != s.D) continue;
+    if (bv.head_dim != s.D || (bv.wgmma && !wgmma_ok)) continue;
     const double ms = median_ms([&] { bv.launch(ba, nullptr); }, reps);
     std::printf("  %-40s %7.3f ms %6.1f TF/s\n", bv.name, ms,
                 2.5 * 2.0 * s.B * s.H * double(s.T) * s.T * s.D / ms * 1e-9);

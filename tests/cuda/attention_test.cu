@@ -430,11 +430,10 @@ TEST(AttentionWgmma, DefaultOnHopperAndEnvironmentFallback) {
 
 // ---- pipelined wgmma backward (attention_bwd_wgmma_pipe.cuh) ----
 
-// The backward configurations of one kind for head size D: the pipelined wgmma kernel (the default on
-// Hopper), the first wgmma kernel (FP4_ATTENTION_BWD=wgmma1) and the first mma.sync kernel.
+// The first backward configuration of each kind for head size D: the pipelined wgmma kernel (the default on
+// Hopper) and the mma.sync kernel (the default with FP4_ATTENTION_BWD=mma).
 struct BwdKinds {
   const attn::BwdVariant* pipe = nullptr;
-  const attn::BwdVariant* wgmma1 = nullptr;
   const attn::BwdVariant* mma = nullptr;
 };
 
@@ -442,12 +441,20 @@ BwdKinds backward_kinds(int D) {
   BwdKinds k;
   for (const attn::BwdVariant& v : attn::backward_variants()) {
     if (v.head_dim != D) continue;
-    const bool is_wgmma1 = v.select != nullptr && std::strcmp(v.select, "wgmma1") == 0;
-    if (v.wgmma && !is_wgmma1 && k.pipe == nullptr) k.pipe = &v;
-    if (is_wgmma1 && k.wgmma1 == nullptr) k.wgmma1 = &v;
-    if (!v.wgmma && k.mma == nullptr) k.mma = &v;
+    const attn::BwdVariant*& slot = v.wgmma ? k.pipe : k.mma;
+    if (slot == nullptr) slot = &v;
   }
   return k;
+}
+
+// The message of the fp4::Error that default_backward_variant(D) throws; empty if it returns.
+std::string backward_selection_error(int D) {
+  try {
+    attn::default_backward_variant(D);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
 }
 
 double rel_diff(const std::vector<float>& got, const std::vector<float>& want) {
@@ -465,10 +472,10 @@ int64_t bit_mismatches(const std::vector<float>& a, const std::vector<float>& b)
 // keys past T), the diagonal step that warpgroup 1 skips, 3-stage query tiles and two dS^T buffers (T from 1
 // to several hundred steps' worth: 1, 2, 3, 4 and more query tiles per CTA), T < 64, T a multiple of 64 but
 // not of 128, T not a multiple of 64, several B and H, padded layouts, large scores. Each result is compared
-// with the double reference, with the first wgmma kernel and with the mma.sync kernel (the same products
-// summed in another order), and run twice: dK and dV (no atomics) must repeat bit for bit, which a race on a
-// stage or a dS^T buffer would break.
-TEST(AttentionWgmmaPipe, BackwardMatchesReferenceOlderKernelsAndRepeats) {
+// with the double reference and with the mma.sync kernel (the same products summed in another order), and
+// run twice: dK and dV (no atomics) must repeat bit for bit, which a race on a stage or a dS^T buffer would
+// break.
+TEST(AttentionWgmmaPipe, BackwardMatchesReferenceMmaKernelAndRepeats) {
   if (!attn::device_has_wgmma()) GTEST_SKIP() << "no sm_90 device";
   struct PipeCase {
     Case c;
@@ -477,7 +484,6 @@ TEST(AttentionWgmmaPipe, BackwardMatchesReferenceOlderKernelsAndRepeats) {
   for (const int D : {64, 128}) {
     const BwdKinds kinds = backward_kinds(D);
     ASSERT_NE(kinds.pipe, nullptr) << "D=" << D;
-    ASSERT_NE(kinds.wgmma1, nullptr) << "D=" << D;
     ASSERT_NE(kinds.mma, nullptr) << "D=" << D;
     const attn::FwdVariant& fv = attn::default_forward_variant(D);
     for (const PipeCase pc :
@@ -499,32 +505,31 @@ TEST(AttentionWgmmaPipe, BackwardMatchesReferenceOlderKernelsAndRepeats) {
       EXPECT_EQ(bit_mismatches(fast.dk, again.dk), 0) << "dk differs between two runs";
       EXPECT_EQ(bit_mismatches(fast.dv, again.dv), 0) << "dv differs between two runs";
       EXPECT_LT(rel_diff(fast.dq, again.dq), 1e-3) << "dq differs between two runs beyond atomic reordering";
-      for (const attn::BwdVariant* older : {kinds.wgmma1, kinds.mma}) {
-        SCOPED_TRACE(older->name);
-        const GpuResult slow = dev.run(variant_launchers(fv, *older));
-        EXPECT_LT(rel_diff(fast.dk, slow.dk), 5e-3) << "dk";
-        EXPECT_LT(rel_diff(fast.dv, slow.dv), 5e-3) << "dv";
-        EXPECT_LT(rel_diff(fast.dq, slow.dq), 5e-3) << "dq";
-      }
+      SCOPED_TRACE(kinds.mma->name);
+      const GpuResult slow = dev.run(variant_launchers(fv, *kinds.mma));
+      EXPECT_LT(rel_diff(fast.dk, slow.dk), 5e-3) << "dk";
+      EXPECT_LT(rel_diff(fast.dv, slow.dv), 5e-3) << "dv";
+      EXPECT_LT(rel_diff(fast.dq, slow.dq), 5e-3) << "dq";
     }
   }
 }
 
-// FP4_ATTENTION_BWD selects: unset -> the pipelined kernel, wgmma1 -> the first wgmma kernel, mma -> the
-// mma.sync kernel (each checked through the entry point against a direct launch), anything else throws.
+// FP4_ATTENTION_BWD selects: unset (or empty) -> the pipelined kernel, mma -> the mma.sync kernel (each
+// checked through the entry point against a direct launch); anything else, including wgmma1 (the retired
+// first wgmma kernel), throws an error naming the variable, from the entry point too.
 TEST(AttentionWgmmaPipe, EnvironmentSelectsTheKernel) {
   if (!attn::device_has_wgmma()) GTEST_SKIP() << "no sm_90 device";
   for (const int D : {64, 128}) {
     SCOPED_TRACE("D=" + std::to_string(D));
     const BwdKinds kinds = backward_kinds(D);
     ASSERT_NE(kinds.pipe, nullptr);
-    ASSERT_NE(kinds.wgmma1, nullptr);
+    ASSERT_NE(kinds.mma, nullptr);
     EXPECT_EQ(&attn::default_backward_variant(D), kinds.pipe);
     const Shape s{1, 333, 2, D};
     const Inputs in = make_inputs(s, 9900u + static_cast<uint32_t>(D), 1.f);
     DeviceProblem dev(in, Layout{});
     const attn::FwdVariant& fv = attn::default_forward_variant(D);
-    for (const auto& [value, want] : {std::pair<const char*, const attn::BwdVariant*>{"wgmma1", kinds.wgmma1},
+    for (const auto& [value, want] : {std::pair<const char*, const attn::BwdVariant*>{"", kinds.pipe},
                                       std::pair<const char*, const attn::BwdVariant*>{"mma", kinds.mma}}) {
       SCOPED_TRACE(value);
       ASSERT_EQ(setenv("FP4_ATTENTION_BWD", value, 1), 0);
@@ -536,9 +541,17 @@ TEST(AttentionWgmmaPipe, EnvironmentSelectsTheKernel) {
       EXPECT_EQ(bit_mismatches(via_entry.dk, direct.dk), 0);
       EXPECT_EQ(bit_mismatches(via_entry.dv, direct.dv), 0);
     }
-    ASSERT_EQ(setenv("FP4_ATTENTION_BWD", "wgmma9", 1), 0);
-    EXPECT_THROW(attn::default_backward_variant(D), Error);
-    ASSERT_EQ(unsetenv("FP4_ATTENTION_BWD"), 0);
+    for (const char* value : {"wgmma1", "wgmma9", "MMA", "mma "}) {
+      SCOPED_TRACE(std::string("FP4_ATTENTION_BWD='") + value + "'");
+      ASSERT_EQ(setenv("FP4_ATTENTION_BWD", value, 1), 0);
+      const std::string msg = backward_selection_error(D);
+      const std::string named = "FP4_ATTENTION_BWD=" + std::string(value);
+      const size_t at = msg.find(named);
+      ASSERT_NE(at, std::string::npos) << msg;
+      EXPECT_NE(msg.find("mma", at + named.size()), std::string::npos) << "no accepted value named: " << msg;
+      EXPECT_THROW(dev.run(public_launchers()), Error);  // the entry point does not fall back silently
+      ASSERT_EQ(unsetenv("FP4_ATTENTION_BWD"), 0);
+    }
     EXPECT_EQ(&attn::default_backward_variant(D), kinds.pipe);
   }
 }

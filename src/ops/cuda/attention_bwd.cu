@@ -5,7 +5,6 @@
 
 #include "ops/cuda/attention_args.cuh"
 #include "ops/cuda/attention_bwd.cuh"
-#include "ops/cuda/attention_bwd_wgmma.cuh"
 #include "ops/cuda/attention_bwd_wgmma_pipe.cuh"
 #include "ops/cuda/attention_cuda.h"
 #include "ops/cuda/attention_variants.cuh"
@@ -21,8 +20,8 @@ bool device_has_wgmma() {
   return major == 9 && minor == 0;
 }
 
-// The wgmma kernels come first (the defaults on Hopper): two warpgroups, 128 keys per CTA, 64-query steps;
-// the pipelined kernel (attention_bwd_wgmma_pipe.cuh) before the first one (FP4_ATTENTION_BWD=wgmma1).
+// The pipelined wgmma kernels (attention_bwd_wgmma_pipe.cuh) come first, the defaults on Hopper: two
+// warpgroups, 128 keys per CTA, 64-query steps. The mma.sync kernels follow, the defaults elsewhere.
 // <kD, kWarps, kBlockM, kMinBlocks>: kWarps warps of 16 keys each, query steps of kBlockM rows, registers
 // capped for kMinBlocks CTAs per SM. D = 64 defaults to 8 warps (128 keys per CTA): every Q/dO tile loaded
 // and every dq atomic serves twice the keys of a 64-key CTA. D = 128 defaults to 4 warps with 32-query
@@ -30,8 +29,6 @@ bool device_has_wgmma() {
 constexpr BwdVariant kBwdVariants[] = {
     {"bwd d64 wgmma pipelined keys128 q64", 64, &launch_attention_backward_wgmma_pipe<64>, true},
     {"bwd d128 wgmma pipelined keys128 q64", 128, &launch_attention_backward_wgmma_pipe<128>, true},
-    {"bwd d64 wgmma keys128 q64 (2 warpgroups)", 64, &launch_attention_backward_wgmma<64>, true, "wgmma1"},
-    {"bwd d128 wgmma keys128 q64 (2 warpgroups)", 128, &launch_attention_backward_wgmma<128>, true, "wgmma1"},
     {"bwd d64 keys128 q64 (8 warps)", 64, &launch_attention_backward<64, 8, 64, 1>},
     {"bwd d64 keys64 q64 (4 warps, 2/SM)", 64, &launch_attention_backward<64, 4, 64, 2>},
     {"bwd d64 keys128 q32 (8 warps, 2/SM)", 64, &launch_attention_backward<64, 8, 32, 2>},
@@ -45,16 +42,9 @@ std::span<const BwdVariant> backward_variants() { return kBwdVariants; }
 const BwdVariant& default_backward_variant(int D) {
   const char* choice = std::getenv("FP4_ATTENTION_BWD");
   const bool chosen = choice != nullptr && choice[0] != '\0';
-  const bool mma_only = chosen && std::strcmp(choice, "mma") == 0;
-  if (chosen && !mma_only) {
-    bool known = false;
-    for (const BwdVariant& v : kBwdVariants) known = known || (v.select != nullptr && std::strcmp(v.select, choice) == 0);
-    FP4_CHECK(known, "attention_backward: FP4_ATTENTION_BWD=", choice, " is not one of mma, wgmma1 (or unset)");
-  }
-  const bool wgmma_ok = !mma_only && device_has_wgmma();
-  if (chosen && wgmma_ok)
-    for (const BwdVariant& v : kBwdVariants)
-      if (v.head_dim == D && v.select != nullptr && std::strcmp(v.select, choice) == 0) return v;
+  FP4_CHECK(!chosen || std::strcmp(choice, "mma") == 0, "attention_backward: FP4_ATTENTION_BWD=", choice,
+            " is not mma (or unset)");
+  const bool wgmma_ok = !chosen && device_has_wgmma();
   for (const BwdVariant& v : kBwdVariants)
     if (v.head_dim == D && (wgmma_ok || !v.wgmma)) return v;
   FP4_THROW("attention_backward: head size D=", D, " is not supported (64 or 128)");

@@ -1,9 +1,10 @@
 // Pipelined backward of the fused causal attention on Hopper warpgroup MMA (sm_90a), templated on the head
-// size kD: the products and numerics of attention_bwd_wgmma.cuh (one CTA of two warpgroups per 128-key
-// tile, 64-query steps; per step and warpgroup, keys as rows: S^T = K Q^T, dP^T = V dO^T, P^T and dS^T in
-// FP32 (wg_probs, wg_dscores), dV += P^T dO and dK += dS^T Q in registers; then dQ[:, half wg of the head
-// dims] = dS K over all 128 keys from a shared dS^T tile, added into the FP32 accumulator with atomics),
-// rearranged so the tensor cores get work queued back to back:
+// size kD, with the numerics of the mma.sync backward (attention_bwd.cuh). One CTA of two warpgroups per
+// 128-key tile, 64-query steps; per step and warpgroup, keys as rows: S^T = K Q^T, dP^T = V dO^T, P^T and
+// dS^T in FP32 (wg_probs, wg_dscores: attention_bwd_wgmma_steps.cuh), dV += P^T dO and dK += dS^T Q in
+// registers; then dQ[:, half wg of the head dims] = dS K over all 128 keys from a shared dS^T tile, added
+// into the FP32 accumulator with atomics. The steps are arranged so the tensor cores get work queued back
+// to back:
 //  - no wgmma chain is serialized by ptxas (no C7519/C751x notes): chains are straight-line code whose
 //    registers nothing else touches between issue and retiring wait; dQ always runs all 8 key steps (rows
 //    of a warpgroup that sees no query of the step are zeros); dS^T goes to shared memory before the dK
@@ -26,7 +27,7 @@
 
 #include "ops/cuda/attention_bwd.cuh"
 #include "ops/cuda/attention_bwd_prep.cuh"
-#include "ops/cuda/attention_bwd_wgmma.cuh"
+#include "ops/cuda/attention_bwd_wgmma_steps.cuh"
 #include "ops/cuda/attention_swizzle.cuh"
 #include "ops/cuda/attention_variants.cuh"
 #include "ops/cuda/attention_wgmma.cuh"

@@ -26,8 +26,9 @@ void attention_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __n
 // (e.g. FP32 dq accumulator and the rowsum(dO*O) vector), owned by the caller, reused across calls.
 // Same requirements as the forward, plus ld_dqkv a multiple of 8 and at least H*D, workspace 16-byte
 // aligned. dq, dk, dv are overwritten (not accumulated into). On an sm_90 device the backward runs the
-// wgmma kernel (attention_bwd_wgmma.cuh); FP4_ATTENTION_BWD=mma in the environment selects the mma.sync
-// kernel instead (the fallback, and the kernel used on other devices).
+// pipelined wgmma kernel (attention_bwd_wgmma_pipe.cuh); FP4_ATTENTION_BWD=mma in the environment selects
+// the mma.sync kernel instead (the fallback, and the kernel used on other devices); any other non-empty
+// value of FP4_ATTENTION_BWD is an error.
 size_t attention_backward_workspace_bytes(int B, int T, int H, int D);
 void attention_backward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, int ld_qkv,
                         const __nv_bfloat16* out, const __nv_bfloat16* dout, int ld_out, const float* lse,

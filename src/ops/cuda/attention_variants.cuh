@@ -23,7 +23,6 @@ struct BwdVariant {
   int head_dim;
   void (*launch)(const BwdArgs&, cudaStream_t);
   bool wgmma = false;  // needs an sm_90 device (Hopper warpgroup MMA)
-  const char* select = nullptr;  // the FP4_ATTENTION_BWD value that picks this one (the first listed wins)
 };
 
 // Whether the current device runs the wgmma kernels (compute capability 9.0: sm_90a code).
@@ -34,8 +33,8 @@ std::span<const BwdVariant> backward_variants();  // defined in attention_bwd.cu
 
 // The default configuration for head size D: the first one listed. Throws for an unsupported D. The
 // backward skips wgmma configurations on a device without them, and when the environment variable
-// FP4_ATTENTION_BWD is "mma" (the mma.sync kernel, kept as the fallback); FP4_ATTENTION_BWD=wgmma1 picks
-// the first wgmma kernel (before the pipelined one) on Hopper. Any other non-empty value throws.
+// FP4_ATTENTION_BWD is "mma" (the mma.sync kernel, kept as the fallback). Any other non-empty value of
+// FP4_ATTENTION_BWD throws.
 const FwdVariant& default_forward_variant(int D);
 const BwdVariant& default_backward_variant(int D);
 
