@@ -1,12 +1,10 @@
 #include "optim/osci_reset.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
-#include "numerics/formats.h"
-#include "numerics/quantize.h"
+#include "optim/osci_reset_host.h"
 
 namespace fp4 {
 namespace {
@@ -54,12 +52,18 @@ int64_t osci_start_step(const OsciResetConfig& cfg, int64_t total_steps) {
   return static_cast<int64_t>(std::llround(cfg.start));
 }
 
-OsciReset::OsciReset(const OsciResetConfig& cfg, int64_t total_steps, std::vector<OsciTarget> targets)
-    : cfg_(cfg), start_(osci_start_step(cfg, total_steps)), targets_(std::move(targets)), tracks_(targets_.size()) {
+OsciReset::OsciReset(const OsciResetConfig& cfg, int64_t total_steps, std::vector<OsciTarget> targets,
+                     std::unique_ptr<OsciBackend> backend)
+    : cfg_(cfg),
+      start_(osci_start_step(cfg, total_steps)),
+      targets_(std::move(targets)),
+      backend_(backend ? std::move(backend) : std::make_unique<OsciHostBackend>()) {
   FP4_CHECK(cfg_.window >= 1 && cfg_.period >= cfg_.window && cfg_.threshold > 0, "osci_reset: window ",
             cfg_.window, ", period ", cfg_.period, ", threshold ", cfg_.threshold,
             " (need 1 <= window <= period and threshold > 0)");
 }
+
+OsciReset::~OsciReset() = default;
 
 void OsciReset::set_fp4_columns(const std::string& name, std::vector<int32_t> columns) {
   for (OsciTarget& t : targets_)
@@ -72,164 +76,27 @@ void OsciReset::set_fp4_columns(const std::string& name, std::vector<int32_t> co
   FP4_THROW("osci_reset: no tracked weight ", name);
 }
 
-std::vector<float> OsciReset::quantized(const OsciTarget& t, std::span<const float> w,
-                                        std::vector<float>* edge_score) const {
-  if (!t.fp4_columns.empty()) {
-    // OutControl: Q over the FP4 columns as the split layer's forward sees them (gathered, zero-padded to
-    // whole 128-blocks); other elements keep their value and an edge score of -1 (never tracked).
-    const auto k = static_cast<int64_t>(t.fp4_columns.size()), padded = (k + 127) / 128 * 128;
-    OsciTarget g{t.name, t.rows, padded, t.q2, {}};
-    std::vector<float> gw(static_cast<size_t>(t.rows * padded), 0.0f), gscore;
-    for (int64_t r = 0; r < t.rows; ++r)
-      for (int64_t j = 0; j < k; ++j)
-        gw[static_cast<size_t>(r * padded + j)] = w[static_cast<size_t>(r * t.cols + t.fp4_columns[j])];
-    const std::vector<float> gq = quantized(g, gw, edge_score ? &gscore : nullptr);
-    std::vector<float> out(w.begin(), w.end());
-    if (edge_score) edge_score->assign(w.size(), -1.0f);
-    for (int64_t r = 0; r < t.rows; ++r)
-      for (int64_t j = 0; j < k; ++j) {
-        const auto e = static_cast<size_t>(r * t.cols + t.fp4_columns[j]);
-        const auto ge = static_cast<size_t>(r * padded + j);
-        out[e] = gq[ge];
-        if (edge_score) (*edge_score)[e] = gscore[ge];
-      }
-    return out;
-  }
-  const Nvfp4Tensor q = quantize_nvfp4(w.data(), t.rows, t.cols, t.q2, QuantRandomness{});
-  std::vector<float> out(w.size());
-  dequantize(q, out.data());
-  if (edge_score == nullptr) return out;
-  static constexpr float kBinWidth[8] = {0.5f, 0.5f, 0.5f, 0.5f, 0.75f, 1.0f, 1.5f, 2.0f};
-  edge_score->resize(w.size());
-  for (int64_t r = 0; r < t.rows; ++r)
-    for (int64_t c = 0; c < t.cols; ++c) {
-      const auto e = static_cast<size_t>(r * t.cols + c);
-      const uint8_t index = q.code(r, c) & 0x7u;
-      // The element's scale: q * s is its value, so s = value / magnitude, or the block's s_b * outer.
-      const float s = e4m3_decode(q.scale(r, c)) * q.outer_scale(r, c);
-      const float a = s > 0.0f ? std::fabs(w[e]) / s : 0.0f;
-      (*edge_score)[e] = std::isfinite(a) ? std::fabs(a - e2m1_magnitude(index)) / kBinWidth[index] : 0.0f;
-    }
-  return out;
-}
-
-// The ceil(track_fraction * n) elements with the highest scores (ties: the lower index), ascending.
-std::vector<int64_t> OsciReset::closest_to_edges(const std::vector<float>& score) const {
-  const auto n = static_cast<int64_t>(score.size());
-  const auto k = std::min<int64_t>(n, static_cast<int64_t>(std::ceil(cfg_.track_fraction * static_cast<double>(n))));
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
-  const auto higher = [&](int64_t a, int64_t b) {
-    const float sa = score[static_cast<size_t>(a)], sb = score[static_cast<size_t>(b)];
-    return sa != sb ? sa > sb : a < b;
-  };
-  std::nth_element(order.begin(), order.begin() + k, order.end(), higher);
-  order.resize(static_cast<size_t>(k));
-  std::sort(order.begin(), order.end());
-  return order;
-}
-
-namespace {
-
-// The tracked elements of a full tensor (all of them when index is empty).
-std::vector<float> gather(const std::vector<float>& full, const std::vector<int64_t>& index) {
-  if (index.empty()) return full;
-  std::vector<float> out(index.size());
-  for (size_t j = 0; j < index.size(); ++j) out[j] = full[static_cast<size_t>(index[j])];
-  return out;
-}
-
-// OutControl: the elements of `index` (every element when not `fraction`) that lie in FP4 columns.
-std::vector<int64_t> only_fp4_columns(const OsciTarget& t, const std::vector<int64_t>& index, bool fraction) {
-  std::vector<char> fp4(static_cast<size_t>(t.cols), 0);
-  for (int32_t c : t.fp4_columns) fp4[static_cast<size_t>(c)] = 1;
-  std::vector<int64_t> out;
-  const int64_t n = fraction ? static_cast<int64_t>(index.size()) : t.rows * t.cols;
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t e = fraction ? index[static_cast<size_t>(j)] : j;
-    if (fp4[static_cast<size_t>(e % t.cols)]) out.push_back(e);
-  }
-  return out;
-}
-
-}  // namespace
-
-void OsciReset::snapshot(int64_t step, WeightAccess& weights) {
-  const bool fraction = cfg_.track_fraction < 1.0;
-  std::vector<float> w, score;
-  for (size_t i = 0; i < targets_.size(); ++i) {
-    const OsciTarget& t = targets_[i];
-    Track& k = tracks_[i];
-    w.resize(static_cast<size_t>(t.rows * t.cols));
-    weights.read(t.name, w);
-    const std::vector<float> q = quantized(t, w, fraction ? &score : nullptr);
-    k.index = fraction ? closest_to_edges(score) : std::vector<int64_t>{};
-    if (!t.fp4_columns.empty()) k.index = only_fp4_columns(t, k.index, fraction);
-    k.prev_w = gather(w, k.index);
-    k.prev_q = gather(q, k.index);
-    k.dist_m.assign(k.prev_w.size(), 0.0f);
-    k.dist_q.assign(k.prev_w.size(), 0.0f);
-  }
-  active_ = true;
-  window_start_ = step;
-}
-
-void OsciReset::accumulate(WeightAccess& weights) {
-  std::vector<float> full;
-  for (size_t i = 0; i < targets_.size(); ++i) {
-    const OsciTarget& t = targets_[i];
-    Track& k = tracks_[i];
-    full.resize(static_cast<size_t>(t.rows * t.cols));
-    weights.read(t.name, full);
-    std::vector<float> w = gather(full, k.index);
-    std::vector<float> q = gather(quantized(t, full), k.index);
-    for (size_t e = 0; e < w.size(); ++e) {
-      k.dist_m[e] += std::fabs(w[e] - k.prev_w[e]);
-      k.dist_q[e] += std::fabs(q[e] - k.prev_q[e]);
-    }
-    k.prev_w.swap(w);
-    k.prev_q.swap(q);
-  }
-}
-
-OsciResetReport OsciReset::reset(int64_t step, WeightAccess& weights) {
-  OsciResetReport report;
-  report.step = step;
-  std::vector<float> w;
-  for (size_t i = 0; i < targets_.size(); ++i) {
-    const OsciTarget& t = targets_[i];
-    Track& k = tracks_[i];
-    // prev_q holds this step's grid points (accumulate ran first); the other elements are read back as
-    // they are.
-    w.resize(static_cast<size_t>(t.rows * t.cols));
-    weights.read(t.name, w);
-    OsciLayerReport layer{t.name, static_cast<int64_t>(k.prev_w.size()), 0, 0.0};
-    double risk_sum = 0;
-    for (size_t j = 0; j < k.prev_w.size(); ++j) {
-      const float risk = k.dist_m[j] > 0.0f ? k.dist_q[j] / k.dist_m[j] : 0.0f;
-      risk_sum += risk;
-      if (risk >= cfg_.threshold) {
-        w[k.index.empty() ? j : static_cast<size_t>(k.index[j])] = k.prev_q[j];
-        ++layer.reset;
-      }
-    }
-    layer.mean_risk = k.prev_w.empty() ? 0.0 : risk_sum / static_cast<double>(k.prev_w.size());
-    if (layer.reset > 0) weights.write(t.name, w);
-    report.layers.push_back(layer);
-    k = Track{};  // the window's memory is released until the next snapshot
-  }
-  active_ = false;
-  window_start_ = -1;
-  return report;
+double osci_mean_risk(std::span<const double> chunk_sums, int64_t tracked) {
+  double total = 0;
+  for (double s : chunk_sums) total += s;
+  return tracked > 0 ? total / static_cast<double>(tracked) : 0.0;
 }
 
 std::optional<OsciResetReport> OsciReset::after_step(int64_t step, WeightAccess& weights) {
   std::optional<OsciResetReport> report;
   if (active_) {
-    accumulate(weights);
-    if (step - window_start_ >= cfg_.window) report = reset(step, weights);
+    backend_->accumulate(targets_, weights);
+    if (step - window_start_ >= cfg_.window) {
+      report = OsciResetReport{step, backend_->reset(targets_, cfg_.threshold, weights)};
+      active_ = false;
+      window_start_ = -1;
+    }
   }
-  if (step >= start_ && (step - start_) % cfg_.period == 0) snapshot(step, weights);
+  if (step >= start_ && (step - start_) % cfg_.period == 0) {
+    backend_->snapshot(targets_, cfg_.track_fraction, weights);
+    active_ = true;
+    window_start_ = step;
+  }
   return report;
 }
 
@@ -240,9 +107,12 @@ std::vector<StateTensor> OsciReset::save_state() const {
   std::memcpy(window.bytes.data(), &ws, sizeof ws);
   out.push_back(std::move(window));
   if (!active_) return out;
+  const std::vector<OsciTrack> tracks = backend_->download();
+  FP4_CHECK(tracks.size() == targets_.size(), "osci_reset: the ", backend_->where(), " backend holds ",
+            tracks.size(), " tracks for ", targets_.size(), " weights");
   for (size_t i = 0; i < targets_.size(); ++i) {
     const OsciTarget& t = targets_[i];
-    const Track& k = tracks_[i];
+    const OsciTrack& k = tracks[i];
     const std::vector<float>* fields[4] = {&k.prev_w, &k.prev_q, &k.dist_m, &k.dist_q};
     const auto n = static_cast<int64_t>(k.prev_w.size());
     for (int f = 0; f < 4; ++f)
@@ -260,7 +130,7 @@ std::vector<StateTensor> OsciReset::save_state() const {
 void OsciReset::load_state(const std::vector<StateTensor>& state) {
   active_ = false;
   window_start_ = -1;
-  for (auto& k : tracks_) k = Track{};
+  backend_->clear();
   const StateTensor* window = nullptr;
   for (const auto& t : state)
     if (t.name == kWindowName) window = &t;
@@ -276,9 +146,10 @@ void OsciReset::load_state(const std::vector<StateTensor>& state) {
     return nullptr;
   };
   const bool fraction = cfg_.track_fraction < 1.0;
+  std::vector<OsciTrack> tracks(targets_.size());
   for (size_t i = 0; i < targets_.size(); ++i) {
     const OsciTarget& t = targets_[i];
-    Track& k = tracks_[i];
+    OsciTrack& k = tracks[i];
     auto n = t.rows * t.cols;
     const std::string prefix = std::string(kStatePrefix) + t.name + ".";
     if (const StateTensor* idx = find(prefix + "index")) {
@@ -305,6 +176,7 @@ void OsciReset::load_state(const std::vector<StateTensor>& state) {
       std::memcpy(fields[f]->data(), s->bytes.data(), s->bytes.size());
     }
   }
+  backend_->upload(targets_, std::move(tracks));
   active_ = true;
   window_start_ = ws;
 }

@@ -5,51 +5,28 @@
 // (FP32 master) and dist_Q = sum |Q(w_t) - Q(w_{t-1})| (Q: the layer's forward weight quantizer, scales
 // recomputed every step); risk R = dist_Q / dist_M (0 where dist_M = 0). From step `start` on, every
 // `period` steps: snapshot, accumulate for `window` steps, then set every element with R >= threshold to
-// Q(w). Optimizer moments are left alone. This is the reference form: it reads and writes the weights
-// through WeightAccess (host copies), so it serves the CPU and CUDA engines alike, and keeps four FP32
-// values per tracked element. With track_fraction < 1 (the paper's memory-efficient variant) a window
-// tracks only that fraction of each weight: the elements with the highest edge score
+// Q(w). Optimizer moments are left alone. This class is the schedule, the checkpoint state and the
+// reports; the per-element work is its backend's (optim/osci_reset_backend.h): the host form through
+// WeightAccess by default, or the CUDA engine's device form. Four FP32 values per tracked element.
+// With track_fraction < 1 (the paper's memory-efficient variant) a window tracks only that fraction of
+// each weight: the elements with the highest edge score
 // |w/s - q| / binwidth(q) at its snapshot (s the element's scale, q its grid magnitude; bin widths 0.5,
 // 0.5, 0.5, 0.5, 0.75, 1, 1.5, 2 for q = 0, 0.5, ..., 6), kept with their indices.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "model/engine.h"
-#include "numerics/quant_spec.h"
+#include "optim/osci_reset_backend.h"
 #include "recipe/recipe.h"
 
 namespace fp4 {
 
-// Read/write access to FP32 master weights by parameter name (the training engine, or a test's fake).
-class WeightAccess {
- public:
-  virtual ~WeightAccess() = default;
-  virtual void read(const std::string& name, std::span<float> out) = 0;
-  virtual void write(const std::string& name, std::span<const float> in) = 0;
-};
-
-// A tracked weight [rows = out features][cols = in features] and the quantizer of its forward (Q2).
-struct OsciTarget {
-  std::string name;
-  int64_t rows = 0, cols = 0;
-  QuantSpec q2;
-  // OutControl: once its channels freeze, the weight's NVFP4 input channels (C4, ascending); only they
-  // are quantized, tracked and reset. Empty: every column.
-  std::vector<int32_t> fp4_columns;
-};
-
-// What the end of one window did, per weight: elements tracked and reset, mean risk R.
-struct OsciLayerReport {
-  std::string name;
-  int64_t tracked = 0;
-  int64_t reset = 0;
-  double mean_risk = 0;
-};
 struct OsciResetReport {
   int64_t step = 0;
   std::vector<OsciLayerReport> layers;
@@ -65,15 +42,20 @@ int64_t osci_start_step(const OsciResetConfig& cfg, int64_t total_steps);
 
 class OsciReset {
  public:
-  OsciReset(const OsciResetConfig& cfg, int64_t total_steps, std::vector<OsciTarget> targets);
+  // backend: where the per-element work runs (nullptr: the host form, OsciHostBackend).
+  OsciReset(const OsciResetConfig& cfg, int64_t total_steps, std::vector<OsciTarget> targets,
+            std::unique_ptr<OsciBackend> backend = nullptr);
+  ~OsciReset();
 
   // Call after every optimizer step; `step` counts the steps completed. Returns a report when the step
-  // closed a window (and reset what crossed the threshold).
+  // closed a window (and reset what crossed the threshold). The host form reads and writes the masters
+  // through `weights`; a device backend works on them in place and does not use it.
   std::optional<OsciResetReport> after_step(int64_t step, WeightAccess& weights);
 
   int64_t start_step() const { return start_; }
   bool tracking() const { return active_; }
   const std::vector<OsciTarget>& targets() const { return targets_; }
+  const OsciBackend& backend() const { return *backend_; }
   // OutControl's hook: restricts weight `name` to its FP4 columns from the next snapshot on.
   void set_fp4_columns(const std::string& name, std::vector<int32_t> columns);
 
@@ -88,22 +70,10 @@ class OsciReset {
   static constexpr const char* kStatePrefix = "osci_reset.";
 
  private:
-  struct Track {
-    std::vector<int64_t> index;  // tracked elements (ascending); empty: every element
-    std::vector<float> prev_w, prev_q, dist_m, dist_q;
-  };
-  // Q(w) dequantized, and (when edge_score is given) each element's bin-edge score.
-  std::vector<float> quantized(const OsciTarget& t, std::span<const float> w,
-                               std::vector<float>* edge_score = nullptr) const;
-  std::vector<int64_t> closest_to_edges(const std::vector<float>& score) const;
-  void snapshot(int64_t step, WeightAccess& weights);
-  void accumulate(WeightAccess& weights);
-  OsciResetReport reset(int64_t step, WeightAccess& weights);
-
   OsciResetConfig cfg_;
   int64_t start_ = 0;
   std::vector<OsciTarget> targets_;
-  std::vector<Track> tracks_;
+  std::unique_ptr<OsciBackend> backend_;
   bool active_ = false;
   int64_t window_start_ = -1;
 };

@@ -161,8 +161,13 @@ void Trainer::set_up() {
     // the ranks hold the same master weights bit for bit, and the tracker is a deterministic function
     // of them, so every rank tracks and resets the same elements to the same values: no collective is
     // needed and the ranks stay identical (docs/DIST.md, "OsciReset under data parallelism").
+    // The single-process CUDA engine runs the per-element work on the GPU; other engines, and data-parallel
+    // runs, use the host form (docs/OSCI_RESET.md).
+    auto* device_form = dynamic_cast<OsciBackendSource*>(engine_.get());
     osci_ = std::make_unique<OsciReset>(recipe_.osci_reset, cfg_.train.steps,
-                                        osci_targets(engine_->parameters(), recipe_, cfg_.model.n_layers));
+                                        osci_targets(engine_->parameters(), recipe_, cfg_.model.n_layers),
+                                        device_form ? device_form->make_osci_backend() : nullptr);
+    log("osci_reset: the " + osci_->backend().where() + " form tracks the weights");
   }
 
   // Rank 0 prepares the data when needed; the others read it once it is there.
