@@ -96,15 +96,22 @@ void check_sha256(const fs::path& path, const std::string& sha, const nlohmann::
             ", the manifest says ", entry.value("sha256", "?"), ")");
 }
 
-// Reads a safetensors file once, checks its size and SHA-256 against the manifest entry on the
-// bytes in memory, then parses those same bytes.
+// Reads a safetensors file once, hashing its bytes as they arrive, and checks size and SHA-256
+// against the manifest entry. A file damaged so that its structure checks fail first is reported
+// as a checksum mismatch when it is one (hashing it again), the clearer fault.
 std::vector<StateTensor> read_verified_tensors(const fs::path& path, const nlohmann::json& entry) {
-  const std::string raw = read_file(path);
+  HashedSafetensors read;
+  try {
+    read = read_safetensors_hashed(path);
+  } catch (const Error&) {
+    check_sha256(path, sha256_file(path), entry);
+    throw;
+  }
   const auto expected_bytes = entry.value("bytes", uint64_t{0});
-  FP4_CHECK(raw.size() == expected_bytes, path.string(), ": ", raw.size(), " bytes read, the manifest says ",
-            expected_bytes);
-  check_sha256(path, sha256_hex(raw), entry);
-  return parse_safetensors(raw, path.string()).tensors;
+  FP4_CHECK(read.digest.bytes == expected_bytes, path.string(), ": ", read.digest.bytes,
+            " bytes read, the manifest says ", expected_bytes);
+  check_sha256(path, read.digest.sha256, entry);
+  return std::move(read.content.tensors);
 }
 
 }  // namespace

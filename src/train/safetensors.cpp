@@ -1,13 +1,20 @@
 #include "train/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"
 #include "train/file_io.h"
+#include "train/sha256.h"
+#include "train/unique_fd.h"
 
 namespace fp4 {
 
@@ -17,6 +24,8 @@ static_assert(std::endian::native == std::endian::little, "fp4train assumes a li
 namespace {
 
 constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
+// Tensor data is read (and hashed) in pieces of this size, each hashed while still in cache.
+constexpr size_t kReadPiece = size_t{1} << 20;
 
 int64_t element_count(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -99,30 +108,32 @@ FileDigest write_safetensors_hashed(const std::filesystem::path& path, std::span
   return write_file_synced_hashed(path, file_parts(head, tensors));
 }
 
-SafetensorsContent read_safetensors(const std::filesystem::path& path) {
-  return parse_safetensors(read_file(path), path.string());
+namespace {
+
+// Reads until `out` is full or the file ends; returns the bytes read.
+size_t read_up_to(int fd, const std::string& file, std::span<uint8_t> out) {
+  size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n == 0) break;
+    if (n < 0 && errno == EINTR) continue;
+    FP4_CHECK(n > 0, file, ": read error: ", std::strerror(errno));
+    got += static_cast<size_t>(n);
+  }
+  return got;
 }
 
-SafetensorsContent parse_safetensors(std::string_view raw, const std::string& file) {
-  FP4_CHECK(raw.size() >= 8, file, ": truncated: ", raw.size(),
-            " bytes, shorter than the 8-byte header length");
-  uint64_t header_bytes = 0;
-  std::memcpy(&header_bytes, raw.data(), 8);
-  FP4_CHECK(header_bytes <= kMaxHeaderBytes, file, ": header length ", header_bytes,
-            " is implausible (corrupt file)");
-  FP4_CHECK(header_bytes <= raw.size() - 8, file, ": truncated: header says ", header_bytes,
-            " bytes but the file has ", raw.size() - 8, " after the length");
+// The tensors a header describes, in data order, with their byte buffers sized but not filled.
+// Checks everything the header alone decides: dtypes, shapes, offsets within the data_bytes the
+// file holds, and that the tensors cover the data without gaps, overlaps or trailing bytes.
+SafetensorsContent parse_header(std::string_view text, uint64_t data_bytes, const std::string& file) {
   nlohmann::json header;
   try {
-    header =
-        nlohmann::json::parse(raw.begin() + 8, raw.begin() + 8 + static_cast<std::ptrdiff_t>(header_bytes));
+    header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     FP4_THROW(file, ": header is not valid JSON: ", e.what());
   }
   FP4_CHECK(header.is_object(), file, ": header is not a JSON object");
-
-  const uint64_t data_bytes = raw.size() - 8 - header_bytes;
-  const char* data = raw.data() + 8 + header_bytes;
   SafetensorsContent content;
   struct Range {
     uint64_t begin, end;
@@ -168,7 +179,6 @@ SafetensorsContent parse_safetensors(std::string_view raw, const std::string& fi
     const uint64_t expected = static_cast<uint64_t>(element_count(t.shape)) * elem;
     FP4_CHECK(end - begin == expected, where, ": ", t.dtype, shape_text(t.shape), " needs ", expected,
               " bytes but data_offsets span ", end - begin);
-    t.bytes.assign(data + begin, data + end);
     ranges.push_back({begin, end, content.tensors.size()});
     content.tensors.push_back(std::move(t));
   }
@@ -182,12 +192,70 @@ SafetensorsContent parse_safetensors(std::string_view raw, const std::string& fi
     covered = r.end;
   }
   FP4_CHECK(covered == data_bytes, file, ": ", data_bytes - covered, " trailing bytes after the last tensor");
-  // Data order, so a round trip gives the tensors back in the order they were written.
+  // Data order, so a round trip gives the tensors back in the order they were written. Sizing the
+  // buffers is safe: together they are exactly the file's data bytes.
   std::vector<StateTensor> ordered;
   ordered.reserve(ranges.size());
-  for (const auto& r : ranges) ordered.push_back(std::move(content.tensors[r.index]));
+  for (const auto& r : ranges) {
+    ordered.push_back(std::move(content.tensors[r.index]));
+    ordered.back().bytes.resize(r.end - r.begin);
+  }
   content.tensors = std::move(ordered);
   return content;
+}
+
+// Reads the file straight into the tensors' buffers (no copy of the whole file in memory), passing
+// every byte in file order to `hasher` when given, a piece at a time right after it is read.
+SafetensorsContent read_into_tensors(const std::filesystem::path& path, Sha256* hasher,
+                                     uint64_t* file_bytes) {
+  const std::string file = path.string();
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  FP4_CHECK(fd.get() >= 0, file, ": missing or unreadable: ", std::strerror(errno));
+  struct stat st {};
+  FP4_CHECK(::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode), file, ": not a readable regular file");
+  const auto size = static_cast<uint64_t>(st.st_size);
+  const auto consume = [&](std::span<uint8_t> out, const char* what) {
+    const size_t got = read_up_to(fd.get(), file, out);
+    FP4_CHECK(got == out.size(), file, ": truncated while reading ", what,
+              " (the file shrank while being read)");
+    if (hasher) hasher->update(out);
+  };
+
+  uint8_t length[8] = {};
+  FP4_CHECK(size >= 8, file, ": truncated: ", size, " bytes, shorter than the 8-byte header length");
+  consume(length, "the header length");
+  uint64_t header_bytes = 0;
+  std::memcpy(&header_bytes, length, 8);
+  FP4_CHECK(header_bytes <= kMaxHeaderBytes, file, ": header length ", header_bytes,
+            " is implausible (corrupt file)");
+  FP4_CHECK(header_bytes <= size - 8, file, ": truncated: header says ", header_bytes,
+            " bytes but the file has ", size - 8, " after the length");
+  std::string text(header_bytes, '\0');
+  consume(std::span(reinterpret_cast<uint8_t*>(text.data()), text.size()), "the header");
+
+  SafetensorsContent content = parse_header(text, size - 8 - header_bytes, file);
+  for (auto& t : content.tensors)
+    for (size_t at = 0; at < t.bytes.size(); at += kReadPiece)
+      consume(std::span(t.bytes).subspan(at, std::min(kReadPiece, t.bytes.size() - at)), "tensor data");
+  uint8_t extra = 0;
+  FP4_CHECK(read_up_to(fd.get(), file, std::span(&extra, 1)) == 0, file,
+            ": grew while being read (more than the ", size, " bytes it had)");
+  if (file_bytes) *file_bytes = size;
+  return content;
+}
+
+}  // namespace
+
+SafetensorsContent read_safetensors(const std::filesystem::path& path) {
+  return read_into_tensors(path, nullptr, nullptr);
+}
+
+HashedSafetensors read_safetensors_hashed(const std::filesystem::path& path) {
+  Sha256 hasher;
+  HashedSafetensors out;
+  out.content = read_into_tensors(path, &hasher, &out.digest.bytes);
+  out.digest.sha256 = hasher.hex();
+  return out;
 }
 
 StateTensor make_f32_tensor(const std::string& name, std::vector<int64_t> shape,

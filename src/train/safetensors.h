@@ -10,7 +10,6 @@
 #include <map>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "model/engine.h"
@@ -43,9 +42,16 @@ FileDigest write_safetensors_hashed(const std::filesystem::path& path, std::span
 
 // Reads and validates the whole file: every fault (truncated, bad header, unknown dtype, offsets
 // out of range, gaps, overlaps, trailing bytes) throws fp4::Error naming the file and the tensor.
+// The file is read once, straight into the tensors' buffers.
 SafetensorsContent read_safetensors(const std::filesystem::path& path);
-// The same checks on the file's bytes already in memory; errors name `file`.
-SafetensorsContent parse_safetensors(std::string_view raw, const std::string& file);
+
+// read_safetensors, also hashing every byte of the file in order as it is read (its size and
+// SHA-256 are those of the whole file). A corrupt file may fail the structure checks first.
+struct HashedSafetensors {
+  SafetensorsContent content;
+  FileDigest digest;
+};
+HashedSafetensors read_safetensors_hashed(const std::filesystem::path& path);
 
 // An F32 tensor from floats, and the floats back (checking dtype F32 and the element count).
 StateTensor make_f32_tensor(const std::string& name, std::vector<int64_t> shape,
