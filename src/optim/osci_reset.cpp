@@ -42,13 +42,14 @@ std::vector<OsciTarget> osci_targets(const std::vector<ParameterInfo>& params, c
       for (const auto& info : params)
         if (info.name == name) p = &info;
       FP4_CHECK(p != nullptr && p->shape.size() == 2, "osci_reset: the model has no 2-D parameter ", name);
-      out.push_back(OsciTarget{name, p->shape[0], p->shape[1], q2});
+      out.push_back(OsciTarget{name, p->shape[0], p->shape[1], q2, {}});
     }
   return out;
 }
 
 int64_t osci_start_step(const OsciResetConfig& cfg, int64_t total_steps) {
-  if (cfg.start < 1.0) return static_cast<int64_t>(std::llround(cfg.start * static_cast<double>(total_steps)));
+  if (cfg.start < 1.0)
+    return static_cast<int64_t>(std::llround(cfg.start * static_cast<double>(total_steps)));
   return static_cast<int64_t>(std::llround(cfg.start));
 }
 
@@ -118,7 +119,9 @@ std::vector<StateTensor> OsciReset::save_state() const {
     for (int f = 0; f < 4; ++f)
       out.push_back(f32_tensor(std::string(kStatePrefix) + t.name + "." + kFields[f], *fields[f], n, 1));
     if (!k.index.empty()) {
-      StateTensor idx{std::string(kStatePrefix) + t.name + ".index", "I64", {n},
+      StateTensor idx{std::string(kStatePrefix) + t.name + ".index",
+                      "I64",
+                      {n},
                       std::vector<uint8_t>(k.index.size() * sizeof(int64_t))};
       std::memcpy(idx.bytes.data(), k.index.data(), idx.bytes.size());
       out.push_back(std::move(idx));
@@ -135,8 +138,8 @@ void OsciReset::load_state(const std::vector<StateTensor>& state) {
   for (const auto& t : state)
     if (t.name == kWindowName) window = &t;
   if (window == nullptr) return;
-  FP4_CHECK(window->dtype == "I64" && window->bytes.size() == sizeof(int64_t), "osci_reset state: ", kWindowName,
-            " is not one I64");
+  FP4_CHECK(window->dtype == "I64" && window->bytes.size() == sizeof(int64_t),
+            "osci_reset state: ", kWindowName, " is not one I64");
   int64_t ws = -1;
   std::memcpy(&ws, window->bytes.data(), sizeof ws);
   if (ws < 0) return;
@@ -169,9 +172,10 @@ void OsciReset::load_state(const std::vector<StateTensor>& state) {
     for (int f = 0; f < 4; ++f) {
       const std::string name = prefix + kFields[f];
       const StateTensor* s = find(name);
-      FP4_CHECK(s != nullptr, "osci_reset state: ", name, " is missing (the checkpoint was saved mid-window)");
-      FP4_CHECK(s->dtype == "F32" && s->bytes.size() == static_cast<size_t>(n) * sizeof(float), "osci_reset state: ",
-                name, " should be ", n, " F32 values");
+      FP4_CHECK(s != nullptr, "osci_reset state: ", name,
+                " is missing (the checkpoint was saved mid-window)");
+      FP4_CHECK(s->dtype == "F32" && s->bytes.size() == static_cast<size_t>(n) * sizeof(float),
+                "osci_reset state: ", name, " should be ", n, " F32 values");
       fields[f]->resize(static_cast<size_t>(n));
       std::memcpy(fields[f]->data(), s->bytes.data(), s->bytes.size());
     }

@@ -63,7 +63,8 @@ class OsciBackend {
   // `weights` is the host form's access to the masters; a backend that owns its access ignores it.
   // snapshot opens a window: per target prev_w = w, prev_q = Q(w), dist_M = dist_Q = 0, over every element
   // or (track_fraction < 1) the elements closest to a bin edge.
-  virtual void snapshot(const std::vector<OsciTarget>& targets, double track_fraction, WeightAccess& weights) = 0;
+  virtual void snapshot(const std::vector<OsciTarget>& targets, double track_fraction,
+                        WeightAccess& weights) = 0;
   // One step of the window: dist_M += |w - prev_w|, dist_Q += |Q(w) - prev_q|, then prev = current.
   virtual void accumulate(const std::vector<OsciTarget>& targets, WeightAccess& weights) = 0;
   // The window's end (after this step's accumulate): w = prev_q where R >= threshold; the per-target

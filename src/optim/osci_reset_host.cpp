@@ -115,7 +115,8 @@ OsciTrack osci_host_snapshot(const OsciTarget& t, std::span<const float> w, doub
 void OsciHostBackend::snapshot(const std::vector<OsciTarget>& targets, double track_fraction,
                                WeightAccess& weights) {
   tracks_.clear();
-  for (const OsciTarget& t : targets) tracks_.push_back(osci_host_snapshot(t, read_all(t, weights), track_fraction));
+  for (const OsciTarget& t : targets)
+    tracks_.push_back(osci_host_snapshot(t, read_all(t, weights), track_fraction));
 }
 
 void OsciHostBackend::accumulate(const std::vector<OsciTarget>& targets, WeightAccess& weights) {

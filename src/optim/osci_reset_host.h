@@ -19,7 +19,8 @@ OsciTrack osci_host_snapshot(const OsciTarget& t, std::span<const float> w, doub
 class OsciHostBackend final : public OsciBackend {
  public:
   std::string where() const override { return "host"; }
-  void snapshot(const std::vector<OsciTarget>& targets, double track_fraction, WeightAccess& weights) override;
+  void snapshot(const std::vector<OsciTarget>& targets, double track_fraction,
+                WeightAccess& weights) override;
   void accumulate(const std::vector<OsciTarget>& targets, WeightAccess& weights) override;
   std::vector<OsciLayerReport> reset(const std::vector<OsciTarget>& targets, double threshold,
                                      WeightAccess& weights) override;

@@ -13,6 +13,7 @@
 #include "model/olmo2.h"
 #include "ops/cuda/elementwise_cuda.h"
 #include "ops/cuda/gemm_cublaslt.h"
+#include "optim/cuda/osci_device_backend.h"
 #include "optim/grad_buckets.h"
 #include "tensor/tensor.h"
 
@@ -79,7 +80,11 @@ struct CommLane {
 };
 
 
-class CudaEngine final : public TrainingEngine, public GradientProbe, public GradientOverlap {
+class CudaEngine final : public TrainingEngine,
+                         public GradientProbe,
+                         public GradientOverlap,
+                         public DeviceMasterWeights,
+                         public OsciBackendSource {
  public:
   CudaEngine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed, int device)
       : device_(select_device(device)), cfg_(cfg), uploader_(stream_.get()), sums_(2) {
@@ -206,6 +211,30 @@ class CudaEngine final : public TrainingEngine, public GradientProbe, public Gra
   void write_parameter(const std::string& name, std::span<const float> in) override {
     set_device();
     params_->write_value(params_->require(name), in);
+  }
+
+  std::span<float> device_master(const std::string& name) override {
+    set_device();
+    const int i = params_->require(name);
+    return {params_->value(i), static_cast<size_t>(params_->at(i).info.numel())};
+  }
+
+  CUstream_st* device_stream() override {
+    set_device();
+    return stream_.get();
+  }
+
+  void master_written(const std::string& name) override {
+    set_device();
+    const int i = params_->require(name);
+    cuda::f32_to_bf16(params_->value(i), params_->values_bf16() + params_->at(i).offset, params_->at(i).info.numel(),
+                      stream_.get());
+  }
+
+  // OsciReset's device form. Data parallelism keeps the host form (docs/OSCI_RESET.md).
+  std::unique_ptr<OsciBackend> make_osci_backend() override {
+    if (comm_ != nullptr) return nullptr;
+    return std::make_unique<cuda::OsciDeviceBackend>(*this);
   }
 
   // The CPU engine's tensors: every parameter, then its AdamW moments, then the step counter.

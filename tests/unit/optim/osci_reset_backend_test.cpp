@@ -23,7 +23,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-uint32_t fresh_seed() { return std::random_device{}(); }
+uint32_t fresh_seed() {
+  return std::random_device{}();
+}
 
 class MemoryWeights final : public WeightAccess {
  public:
@@ -33,7 +35,9 @@ class MemoryWeights final : public WeightAccess {
     ASSERT_EQ(v.size(), out.size());
     std::copy(v.begin(), v.end(), out.begin());
   }
-  void write(const std::string& name, std::span<const float> in) override { w.at(name).assign(in.begin(), in.end()); }
+  void write(const std::string& name, std::span<const float> in) override {
+    w.at(name).assign(in.begin(), in.end());
+  }
 };
 
 // A backend that records what the schedule asks of it and holds random tracks.
@@ -53,10 +57,12 @@ class RecordingBackend final : public OsciBackend {
     tracks.clear();
     for (const OsciTarget& t : targets) {
       OsciTrack k;
-      const int64_t n = with_index ? std::uniform_int_distribution<int64_t>(1, t.rows * t.cols)(rng) : t.rows * t.cols;
+      const int64_t n =
+          with_index ? std::uniform_int_distribution<int64_t>(1, t.rows * t.cols)(rng) : t.rows * t.cols;
       if (with_index) {
         for (int64_t e = 0; e < t.rows * t.cols && static_cast<int64_t>(k.index.size()) < n; ++e)
-          if (rng() % 2 || t.rows * t.cols - e <= n - static_cast<int64_t>(k.index.size())) k.index.push_back(e);
+          if (rng() % 2 || t.rows * t.cols - e <= n - static_cast<int64_t>(k.index.size()))
+            k.index.push_back(e);
       }
       std::normal_distribution<float> d;
       for (auto* f : {&k.prev_w, &k.prev_q, &k.dist_m, &k.dist_q})
@@ -71,7 +77,8 @@ class RecordingBackend final : public OsciBackend {
     calls.emplace_back('r', static_cast<int>(targets.size()));
     std::vector<OsciLayerReport> out;
     for (size_t i = 0; i < targets.size(); ++i)
-      out.push_back({targets[i].name, static_cast<int64_t>(tracks[i].prev_w.size()), static_cast<int64_t>(i), 0.5});
+      out.push_back(
+          {targets[i].name, static_cast<int64_t>(tracks[i].prev_w.size()), static_cast<int64_t>(i), 0.5});
     tracks.clear();
     return out;
   }
@@ -115,8 +122,8 @@ TEST(OsciResetBackend, TheScheduleDrivesTheBackendOnTheConfiguredSteps) {
     cfg.window = std::uniform_int_distribution<int>(1, 5)(rng);
     cfg.period = cfg.window + std::uniform_int_distribution<int>(0, 4)(rng);
     cfg.start = std::uniform_int_distribution<int>(1, 7)(rng);
-    SCOPED_TRACE("window " + std::to_string(cfg.window) + " period " + std::to_string(cfg.period) + " start " +
-                 std::to_string(cfg.start));
+    SCOPED_TRACE("window " + std::to_string(cfg.window) + " period " + std::to_string(cfg.period) +
+                 " start " + std::to_string(cfg.start));
     auto backend = std::make_unique<RecordingBackend>();
     RecordingBackend& rec = *backend;
     OsciReset osci(cfg, 100, two_targets(), std::move(backend));
@@ -229,7 +236,8 @@ TEST(OsciResetBackend, CheckpointTensorsAreTheBackendsTracksAndLoadBackUnchanged
     // A damaged state is refused before anything reaches the backend, and the tracker is left idle.
     std::vector<StateTensor> bad = st;
     for (StateTensor& t : bad)
-      if (t.name == "osci_reset." + targets[1].name + ".dist_m") t.bytes.resize(t.bytes.size() - sizeof(float));
+      if (t.name == "osci_reset." + targets[1].name + ".dist_m")
+        t.bytes.resize(t.bytes.size() - sizeof(float));
     auto c = std::make_unique<RecordingBackend>();
     RecordingBackend& rc = *c;
     OsciReset third(cfg, 100, two_targets(), std::move(c));
@@ -273,7 +281,8 @@ TEST(OsciResetHost, TheResetAndItsReportFollowTheTracks) {
   std::mt19937 rng(seed);
   for (const double fraction : {1.0, 0.3}) {
     for (const bool tensor : {false, true}) {
-      SCOPED_TRACE(std::string(tensor ? "16x16 tensor" : "1x16 block128") + " fraction " + std::to_string(fraction));
+      SCOPED_TRACE(std::string(tensor ? "16x16 tensor" : "1x16 block128") + " fraction " +
+                   std::to_string(fraction));
       // 37 rows: 1x16 blocks take any row count; 16x16 blocks need a multiple of 16.
       const OsciTarget t{"w", tensor ? 48 : 37, 256, q2_spec(tensor), {}};
       MemoryWeights mem;
@@ -386,7 +395,7 @@ TEST(OsciResetHost, TheSnapshotSelectsTheElementsClosestToBinEdges) {
         const int64_t r = static_cast<int64_t>(e) / t.cols, c = static_cast<int64_t>(e) % t.cols;
         const uint8_t m = q.code(r, c) & 7u;
         const float s = std::fabs(q.value(r, c)) > 0.0f ? std::fabs(q.value(r, c)) / kMag[m]
-                                                          : e4m3_decode(q.scale(r, c)) * q.outer_scale(r, c);
+                                                        : e4m3_decode(q.scale(r, c)) * q.outer_scale(r, c);
         const float a = s > 0.0f ? std::fabs(w[e]) / s : 0.0f;
         return std::isfinite(a) ? std::fabs(a - kMag[m]) / kWidth[m] : 0.0f;
       };
