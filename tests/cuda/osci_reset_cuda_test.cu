@@ -10,12 +10,15 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "../unit/train/test_util.h"
 #include "core/error.h"
 #include "model/config.h"
 #include "model/cuda/cuda_engine.h"
@@ -25,6 +28,9 @@
 #include "optim/osci_reset.h"
 #include "optim/osci_reset_host.h"
 #include "recipe/recipe_io.h"
+#include "train/engine_factory.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
 
 namespace fp4 {
 namespace {
@@ -363,6 +369,79 @@ TEST(OsciResetCuda, AWeightOf37RowsAtAnUnalignedAddress) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("multiple of 16"), std::string::npos) << e.what();
   }
+}
+
+std::vector<char> file_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  EXPECT_TRUE(in.good()) << p;
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string file_text(std::FILE* f) {
+  std::fflush(f);
+  std::rewind(f);
+  std::string out;
+  for (int c = std::fgetc(f); c != EOF; c = std::fgetc(f)) out += static_cast<char>(c);
+  return out;
+}
+
+// The trainer on the CUDA engine: it picks the device form by itself, a run stopped mid-window resumes on
+// the GPU bit for bit, and its checkpoint resumes on the CPU engine (the host form takes the window over).
+TEST(OsciResetCuda, TheTrainerUsesTheDeviceFormAndItsCheckpointsResumeOnEitherEngine) {
+  register_cuda_engine(&make_cuda_engine);
+  testing::TempDir tmp;
+  testing::prepare_corpus(tmp.path());
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const auto config = [&](const std::string& run, int64_t steps, const std::string& device) {
+    RunConfig c = testing::small_run_config(tmp.path(), run, steps, seed, 4, 12);
+    c.model = model_preset("tiny");  // 4 x 32 = 128 tokens per micro-batch: block128 along the tokens
+    c.train.device = device;
+    c.train.eval_every = 100;
+    c.train.eval_batches = 2;
+    c.train.ckpt_every = 100;
+    c.recipe.name = "tetrajet-v2-base";
+    c.recipe.overrides = {{"osci_reset.enabled", "true"},
+                          {"osci_reset.window", "3"},
+                          {"osci_reset.period", "4"},
+                          {"osci_reset.start", "2"},
+                          {"osci_reset.threshold", "1"}};  // windows 2..5, 6..9, 10..13
+    return c;
+  };
+  const auto run = [&](const RunConfig& c, bool resume) {
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> log(std::tmpfile(), &std::fclose);
+    TrainerOptions o;
+    o.log = log.get();
+    Trainer t(c, o);
+    EXPECT_EQ(t.resumed(), resume) << c.train.out_dir;
+    t.run();
+    return file_text(log.get());
+  };
+  const auto events = [&](const std::string& name) {
+    std::vector<int64_t> steps;
+    for (const auto& j : read_metrics(tmp / name / "metrics.jsonl"))
+      if (j["type"] == "osci_reset") {
+        steps.push_back(j["step"].get<int64_t>());
+        EXPECT_GT(j["tracked"].get<int64_t>(), 0);
+      }
+    return steps;
+  };
+  const std::vector<int64_t> closes = {5, 9};
+
+  EXPECT_NE(run(config("full", 12, "cuda"), false).find("osci_reset: the cuda form"), std::string::npos);
+  EXPECT_EQ(events("full"), closes);
+
+  run(config("split", 7, "cuda"), false);  // its final checkpoint is mid-window (opened after step 6)
+  run(config("split", 12, "cuda"), true);
+  EXPECT_EQ(events("split"), closes);
+  EXPECT_TRUE(file_bytes(tmp / "full/checkpoints/step_000012/model.safetensors") ==
+              file_bytes(tmp / "split/checkpoints/step_000012/model.safetensors"))
+      << "the GPU run resumed mid-window differs from the uninterrupted one";
+
+  run(config("to_cpu", 7, "cuda"), false);
+  const std::string cpu_log = run(config("to_cpu", 12, "cpu"), true);
+  EXPECT_NE(cpu_log.find("osci_reset: the host form"), std::string::npos) << cpu_log;
+  EXPECT_EQ(events("to_cpu"), closes);
 }
 
 }  // namespace
