@@ -39,14 +39,27 @@ int64_t step_of(const std::string& name) {
   return v;
 }
 
-std::vector<StateTensor> parameter_tensors(const TrainingEngine& engine) {
-  std::vector<StateTensor> out;
-  for (const auto& p : engine.parameters()) {
-    std::vector<float> values(static_cast<size_t>(p.numel()));
-    engine.read_parameter(p.name, values);
-    out.push_back(make_f32_tensor(p.name, p.shape, values));
+// model.safetensors, streamed from the engine one parameter at a time through one buffer (the
+// largest parameter's size) instead of a copy of them all, hashed as it is written.
+FileDigest write_model_file(const fs::path& path, const TrainingEngine& engine,
+                            const SafetensorsMetadata& meta) {
+  const std::vector<ParameterInfo> params = engine.parameters();
+  std::vector<SafetensorsEntry> entries;
+  int64_t largest = 0;
+  for (const auto& p : params) {
+    entries.push_back({p.name, "F32", p.shape});
+    largest = std::max(largest, p.numel());
   }
-  return out;
+  const std::string head = safetensors_header(path, entries, meta);
+  SyncedFileWriter out(path, /*hash=*/true);
+  out.write({reinterpret_cast<const uint8_t*>(head.data()), head.size()});
+  std::vector<float> buffer(static_cast<size_t>(largest));
+  for (const auto& p : params) {
+    const auto values = std::span(buffer).first(static_cast<size_t>(p.numel()));
+    engine.read_parameter(p.name, values);
+    out.write({reinterpret_cast<const uint8_t*>(values.data()), values.size_bytes()});
+  }
+  return out.finish();
 }
 
 // Moves `from` to `to`; when `to` exists (the same step saved again) the two are swapped
@@ -150,15 +163,15 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEn
   const fs::path tmp = root / (kTempPrefix + name + "-" + std::to_string(::getpid()));
   fs::create_directory(tmp);
 
-  // The state file (the larger) is written and hashed on a second thread while this one reads the
-  // parameters out of the engine and writes the model file. On a throw here the future's destructor
+  // The state file (the larger) is written and hashed on a second thread while this one streams the
+  // parameters out of the engine into the model file. On a throw here the future's destructor
   // waits for that thread; the temp dir is removed by the next save, as after a crash.
   auto state_written = std::async(std::launch::async, [&] {
     return write_safetensors_hashed(tmp / kStateFile, state, {{"step", std::to_string(step)}});
   });
   const SafetensorsMetadata meta = {
       {"format", "pt"}, {"step", std::to_string(step)}, {"model", engine.config().name}};
-  const FileDigest model_file = write_safetensors_hashed(tmp / kModelFile, parameter_tensors(engine), meta);
+  const FileDigest model_file = write_model_file(tmp / kModelFile, engine, meta);
   const FileDigest state_file = state_written.get();
   stage("model");
   stage("state");

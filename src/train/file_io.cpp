@@ -9,8 +9,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "train/sha256.h"
-#include "train/unique_fd.h"
 
 namespace fp4 {
 namespace {
@@ -40,53 +38,58 @@ void write_all(int fd, const std::filesystem::path& path, std::span<const uint8_
   }
 }
 
-// Writes and fsyncs; hashes each piece first when `hasher` is given. Returns the bytes written.
-uint64_t write_synced(const std::filesystem::path& path, std::span<const std::span<const uint8_t>> parts,
-                      Sha256* hasher) {
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  FP4_CHECK(fd.get() >= 0, path.string(), ": cannot create: ", errno_text());
-  uint64_t total = 0, kicked = 0;
-  for (auto part : parts) {
-    for (size_t at = 0; at < part.size(); at += kHashPiece) {
-      const auto piece = part.subspan(at, std::min(kHashPiece, part.size() - at));
-      if (hasher) hasher->update(piece);
-      write_all(fd.get(), path, piece);
-      total += piece.size();
-      if (total - kicked >= kWritebackEvery) {
-        // Only a hint (its failure changes nothing): the fsync below is what makes the file durable.
-        ::sync_file_range(fd.get(), static_cast<off_t>(kicked), static_cast<off_t>(total - kicked),
-                          SYNC_FILE_RANGE_WRITE);
-        kicked = total;
-      }
-    }
-  }
-  FP4_CHECK(::fsync(fd.get()) == 0, path.string(), ": fsync failed: ", errno_text());
-  struct stat st {};
-  FP4_CHECK(::fstat(fd.get(), &st) == 0, path.string(), ": fstat failed: ", errno_text());
-  FP4_CHECK(static_cast<uint64_t>(st.st_size) == total, path.string(), ": short write: ", st.st_size,
-            " bytes on disk, ", total, " written");
-  FP4_CHECK(::close(fd.release()) == 0, path.string(), ": close failed: ", errno_text());
-  return total;
-}
-
 }  // namespace
 
+SyncedFileWriter::SyncedFileWriter(const std::filesystem::path& path, bool hash)
+    : path_(path), fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) {
+  FP4_CHECK(fd_.get() >= 0, path.string(), ": cannot create: ", errno_text());
+  if (hash) hasher_.emplace();
+}
+
+void SyncedFileWriter::write(std::span<const uint8_t> bytes) {
+  FP4_CHECK(fd_.get() >= 0, path_.string(), ": write after finish");
+  for (size_t at = 0; at < bytes.size(); at += kHashPiece) {
+    const auto piece = bytes.subspan(at, std::min(kHashPiece, bytes.size() - at));
+    if (hasher_) hasher_->update(piece);
+    write_all(fd_.get(), path_, piece);
+    written_ += piece.size();
+    if (written_ - kicked_ >= kWritebackEvery) {
+      // Only a hint (its failure changes nothing): the fsync in finish() makes the file durable.
+      ::sync_file_range(fd_.get(), static_cast<off_t>(kicked_), static_cast<off_t>(written_ - kicked_),
+                        SYNC_FILE_RANGE_WRITE);
+      kicked_ = written_;
+    }
+  }
+}
+
+FileDigest SyncedFileWriter::finish() {
+  FP4_CHECK(fd_.get() >= 0, path_.string(), ": finish called twice");
+  FP4_CHECK(::fsync(fd_.get()) == 0, path_.string(), ": fsync failed: ", errno_text());
+  struct stat st {};
+  FP4_CHECK(::fstat(fd_.get(), &st) == 0, path_.string(), ": fstat failed: ", errno_text());
+  FP4_CHECK(static_cast<uint64_t>(st.st_size) == written_, path_.string(), ": short write: ", st.st_size,
+            " bytes on disk, ", written_, " written");
+  FP4_CHECK(::close(fd_.release()) == 0, path_.string(), ": close failed: ", errno_text());
+  return {written_, hasher_ ? hasher_->hex() : std::string()};
+}
+
 void write_file_synced(const std::filesystem::path& path, std::span<const std::span<const uint8_t>> parts) {
-  write_synced(path, parts, nullptr);
+  SyncedFileWriter out(path, false);
+  for (auto part : parts) out.write(part);
+  out.finish();
 }
 
 void write_file_synced(const std::filesystem::path& path, std::string_view text) {
-  const auto part = bytes_of(text);
-  write_synced(path, std::span(&part, 1), nullptr);
+  SyncedFileWriter out(path, false);
+  out.write(bytes_of(text));
+  out.finish();
 }
 
 FileDigest write_file_synced_hashed(const std::filesystem::path& path,
                                     std::span<const std::span<const uint8_t>> parts) {
-  Sha256 hasher;
-  FileDigest out;
-  out.bytes = write_synced(path, parts, &hasher);
-  out.sha256 = hasher.hex();
-  return out;
+  SyncedFileWriter out(path, true);
+  for (auto part : parts) out.write(part);
+  return out.finish();
 }
 
 FileDigest write_file_synced_hashed(const std::filesystem::path& path, std::string_view text) {

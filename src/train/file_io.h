@@ -3,9 +3,13 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+
+#include "train/sha256.h"
+#include "train/unique_fd.h"
 
 namespace fp4 {
 
@@ -15,13 +19,31 @@ struct FileDigest {
   std::string sha256;
 };
 
+// Writes a file (created or truncated) piece by piece, starting writeback as it goes; with `hash`,
+// each piece is hashed from memory just before it is written, so the checksum needs no read-back
+// (it is the SHA-256 of the whole file, as sha256sum gives). finish() fsyncs, checks the size on disk
+// and returns it with the hash (empty without `hash`). Errors name the path. A writer dropped before
+// finish() (after an error) closes the partial file and leaves it to the caller's cleanup.
+class SyncedFileWriter {
+ public:
+  SyncedFileWriter(const std::filesystem::path& path, bool hash);
+  void write(std::span<const uint8_t> bytes);
+  FileDigest finish();
+
+ private:
+  std::filesystem::path path_;
+  UniqueFd fd_;
+  std::optional<Sha256> hasher_;
+  uint64_t written_ = 0;
+  uint64_t kicked_ = 0;  // bytes whose writeback has been started
+};
+
 // Writes the parts one after another into path (created or truncated), fsyncs it and checks the
 // size on disk. Throws fp4::Error naming the path and the system error.
 void write_file_synced(const std::filesystem::path& path, std::span<const std::span<const uint8_t>> parts);
 void write_file_synced(const std::filesystem::path& path, std::string_view text);
 
-// The same, also hashing the bytes in memory piece by piece just before each piece is written, so
-// the checksum needs no read-back of the file (its SHA-256 is that of the whole file, as sha256sum).
+// The same, also returning the size and SHA-256 (hashed as SyncedFileWriter does).
 FileDigest write_file_synced_hashed(const std::filesystem::path& path,
                                     std::span<const std::span<const uint8_t>> parts);
 FileDigest write_file_synced_hashed(const std::filesystem::path& path, std::string_view text);

@@ -56,25 +56,30 @@ size_t safetensors_dtype_size(const std::string& dtype) {
   return it->second;
 }
 
-namespace {
+uint64_t safetensors_data_bytes(const SafetensorsEntry& entry, const std::filesystem::path& path) {
+  for (int64_t d : entry.shape)
+    FP4_CHECK(d >= 0, path.string(), ": tensor '", entry.name, "' has a negative dimension");
+  size_t elem = 0;
+  try {
+    elem = safetensors_dtype_size(entry.dtype);
+  } catch (const Error& e) {
+    FP4_THROW(path.string(), ": tensor '", entry.name, "': ", e.what());
+  }
+  return static_cast<uint64_t>(element_count(entry.shape)) * elem;
+}
 
-// The file's first bytes: the u64 header length and the padded JSON header. Validates the tensors.
-std::string header_bytes_of(const std::filesystem::path& path, std::span<const StateTensor> tensors,
-                            const SafetensorsMetadata& metadata) {
+std::string safetensors_header(const std::filesystem::path& path, std::span<const SafetensorsEntry> entries,
+                               const SafetensorsMetadata& metadata) {
   nlohmann::json header = nlohmann::json::object();
   std::set<std::string> names;
   uint64_t offset = 0;
-  for (const auto& t : tensors) {
-    FP4_CHECK(t.name != "__metadata__" && !t.name.empty(), path.string(), ": invalid tensor name '", t.name,
+  for (const auto& e : entries) {
+    FP4_CHECK(e.name != "__metadata__" && !e.name.empty(), path.string(), ": invalid tensor name '", e.name,
               "'");
-    FP4_CHECK(names.insert(t.name).second, path.string(), ": duplicate tensor '", t.name, "'");
-    for (int64_t d : t.shape)
-      FP4_CHECK(d >= 0, path.string(), ": tensor '", t.name, "' has a negative dimension");
-    const uint64_t expected = static_cast<uint64_t>(element_count(t.shape)) * safetensors_dtype_size(t.dtype);
-    FP4_CHECK(expected == t.bytes.size(), path.string(), ": tensor '", t.name, "' ", t.dtype,
-              shape_text(t.shape), " needs ", expected, " bytes, has ", t.bytes.size());
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + expected}}};
-    offset += expected;
+    FP4_CHECK(names.insert(e.name).second, path.string(), ": duplicate tensor '", e.name, "'");
+    const uint64_t bytes = safetensors_data_bytes(e, path);
+    header[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string text = header.dump();
@@ -83,6 +88,22 @@ std::string header_bytes_of(const std::filesystem::path& path, std::span<const S
   std::string out(8, '\0');
   std::memcpy(out.data(), &n, 8);
   return out + text;
+}
+
+namespace {
+
+// The header of tensors that hold their bytes, checking each byte count against dtype and shape.
+std::string header_of_tensors(const std::filesystem::path& path, std::span<const StateTensor> tensors,
+                              const SafetensorsMetadata& metadata) {
+  std::vector<SafetensorsEntry> entries;
+  entries.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    entries.push_back({t.name, t.dtype, t.shape});
+    const uint64_t expected = safetensors_data_bytes(entries.back(), path);
+    FP4_CHECK(expected == t.bytes.size(), path.string(), ": tensor '", t.name, "' ", t.dtype,
+              shape_text(t.shape), " needs ", expected, " bytes, has ", t.bytes.size());
+  }
+  return safetensors_header(path, entries, metadata);
 }
 
 // The byte ranges of the whole file, in order, over `head` and the tensors' own buffers.
@@ -98,13 +119,13 @@ std::vector<std::span<const uint8_t>> file_parts(const std::string& head,
 
 void write_safetensors(const std::filesystem::path& path, std::span<const StateTensor> tensors,
                        const SafetensorsMetadata& metadata) {
-  const std::string head = header_bytes_of(path, tensors, metadata);
+  const std::string head = header_of_tensors(path, tensors, metadata);
   write_file_synced(path, file_parts(head, tensors));
 }
 
 FileDigest write_safetensors_hashed(const std::filesystem::path& path, std::span<const StateTensor> tensors,
                                     const SafetensorsMetadata& metadata) {
-  const std::string head = header_bytes_of(path, tensors, metadata);
+  const std::string head = header_of_tensors(path, tensors, metadata);
   return write_file_synced_hashed(path, file_parts(head, tensors));
 }
 

@@ -31,6 +31,20 @@ struct SafetensorsContent {
 // fp4::Error for an unknown dtype.
 size_t safetensors_dtype_size(const std::string& dtype);
 
+// What a header says of one tensor, without its data.
+struct SafetensorsEntry {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+};
+// Bytes of the entry's data; throws fp4::Error naming path and tensor for an unknown dtype or a
+// negative dimension.
+uint64_t safetensors_data_bytes(const SafetensorsEntry& entry, const std::filesystem::path& path);
+// The first bytes of a file holding these tensors' data in this order: the u64 header length and the
+// padded JSON header. For writers that stream the data (SyncedFileWriter); errors name path and tensor.
+std::string safetensors_header(const std::filesystem::path& path, std::span<const SafetensorsEntry> entries,
+                               const SafetensorsMetadata& metadata = {});
+
 // Writes and fsyncs the file. Throws fp4::Error naming the tensor whose byte count disagrees with
 // its dtype and shape, or a duplicate name.
 void write_safetensors(const std::filesystem::path& path, std::span<const StateTensor> tensors,

@@ -57,6 +57,31 @@ TEST(FileIo, HashedWriteDigestsTheWholeFile) {
               HasSubstr("no/dir/f: cannot create"));
 }
 
+// Pieces of any size (many beyond the 32 MiB writeback step in total) give the file and digest of
+// their concatenation; the writer refuses use after finish().
+TEST(FileIo, StreamingWriterMatchesTheConcatenation) {
+  TempDir dir;
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<uint8_t> all;
+  for (bool hash : {true, false}) {
+    all.clear();
+    SyncedFileWriter out(dir / "s.bin", hash);
+    while (all.size() < (size_t{40} << 20)) {
+      std::vector<uint8_t> piece(rng() % 4 == 0 ? rng() % (size_t{5} << 20) : rng() % 100);
+      for (auto& b : piece) b = static_cast<uint8_t>(rng());
+      out.write(piece);
+      all.insert(all.end(), piece.begin(), piece.end());
+    }
+    const FileDigest d = out.finish();
+    EXPECT_EQ(d.bytes, all.size());
+    const std::string on_disk = read_file(dir / "s.bin");
+    EXPECT_TRUE(on_disk == std::string(all.begin(), all.end()));
+    EXPECT_EQ(d.sha256, hash ? sha256_hex(on_disk, Sha256Impl::kPortable) : "");
+    EXPECT_THAT(error_of([&] { out.write(all); }), HasSubstr("s.bin: write after finish"));
+    EXPECT_THAT(error_of([&] { out.finish(); }), HasSubstr("s.bin: finish called twice"));
+  }
+}
+
 // read_file sizes its buffer from the file, and still reads files that report size 0 (/proc).
 TEST(FileIo, ReadFileWholeContent) {
   TempDir dir;

@@ -58,6 +58,32 @@ TEST(SafetensorsHashed, DigestsAreThoseOfTheFile) {
   }
 }
 
+// A file streamed as safetensors_header + the tensors' bytes is the file write_safetensors writes.
+TEST(SafetensorsHashed, StreamedHeaderGivesTheSameFile) {
+  TempDir dir;
+  std::mt19937_64 rng(std::random_device{}());
+  const auto tensors = random_tensors(rng);
+  const SafetensorsMetadata meta = {{"step", std::to_string(rng() % 1000)}};
+  write_safetensors(dir / "a.safetensors", tensors, meta);
+  std::vector<SafetensorsEntry> entries;
+  for (const auto& t : tensors) entries.push_back({t.name, t.dtype, t.shape});
+  SyncedFileWriter out(dir / "b.safetensors", true);
+  const std::string head = safetensors_header(dir / "b.safetensors", entries, meta);
+  out.write({reinterpret_cast<const uint8_t*>(head.data()), head.size()});
+  for (const auto& t : tensors) out.write(t.bytes);
+  const FileDigest d = out.finish();
+  EXPECT_EQ(read_file(dir / "a.safetensors"), read_file(dir / "b.safetensors"));
+  EXPECT_EQ(d.sha256, sha256_file(dir / "a.safetensors", Sha256Impl::kPortable));
+  entries.push_back(entries.front());
+  EXPECT_THAT(error_of([&] { safetensors_header(dir / "c", entries); }), HasSubstr("c: duplicate tensor"));
+  entries.back() = {"neg", "F32", {2, -1}};
+  EXPECT_THAT(error_of([&] { safetensors_header(dir / "c", entries); }),
+              HasSubstr("'neg' has a negative dimension"));
+  entries.back() = {"odd", "F31", {2}};
+  EXPECT_THAT(error_of([&] { safetensors_header(dir / "c", entries); }),
+              HasSubstr("'odd': unknown safetensors dtype"));
+}
+
 // A flipped data bit keeps the structure valid: the read succeeds and the digest changes.
 TEST(SafetensorsHashed, FlippedDataBitChangesTheDigest) {
   TempDir dir;
