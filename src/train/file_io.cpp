@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <future>
 
 #include "core/error.h"
 
@@ -18,6 +19,8 @@ constexpr size_t kHashPiece = size_t{1} << 20;
 // Writeback is started after this many bytes, so the disk works while the rest is hashed and
 // copied, and the final fsync has little left to wait for.
 constexpr uint64_t kWritebackEvery = uint64_t{32} << 20;
+// Files at least this large are hashed on a thread of their own while being written.
+constexpr uint64_t kHashOnItsOwnThread = uint64_t{16} << 20;
 
 std::string errno_text() {
   return std::strerror(errno);
@@ -87,9 +90,25 @@ void write_file_synced(const std::filesystem::path& path, std::string_view text)
 
 FileDigest write_file_synced_hashed(const std::filesystem::path& path,
                                     std::span<const std::span<const uint8_t>> parts) {
-  SyncedFileWriter out(path, true);
+  uint64_t total = 0;
+  for (auto part : parts) total += part.size();
+  if (total < kHashOnItsOwnThread) {
+    SyncedFileWriter out(path, true);
+    for (auto part : parts) out.write(part);
+    return out.finish();
+  }
+  // The bytes stay in memory, so a second thread hashes them while this one writes them: hashing
+  // and the disk overlap instead of taking turns (write() blocks when dirty pages pile up).
+  auto hashed = std::async(std::launch::async, [parts] {
+    Sha256 h;
+    for (auto part : parts) h.update(part);
+    return h.hex();
+  });
+  SyncedFileWriter out(path, false);
   for (auto part : parts) out.write(part);
-  return out.finish();
+  FileDigest d = out.finish();
+  d.sha256 = hashed.get();
+  return d;
 }
 
 FileDigest write_file_synced_hashed(const std::filesystem::path& path, std::string_view text) {

@@ -43,7 +43,8 @@ class SyncedFileWriter {
 void write_file_synced(const std::filesystem::path& path, std::span<const std::span<const uint8_t>> parts);
 void write_file_synced(const std::filesystem::path& path, std::string_view text);
 
-// The same, also returning the size and SHA-256 (hashed as SyncedFileWriter does).
+// The same, also returning the size and SHA-256 of the bytes in memory (no read-back); a large file
+// is hashed on a second thread while this one writes it.
 FileDigest write_file_synced_hashed(const std::filesystem::path& path,
                                     std::span<const std::span<const uint8_t>> parts);
 FileDigest write_file_synced_hashed(const std::filesystem::path& path, std::string_view text);
