@@ -276,23 +276,8 @@ fs::path Trainer::save(Progress& progress) {
   return last_checkpoint_;
 }
 
-namespace {
-
-// The engine's master weights as OsciReset's WeightAccess.
-class EngineWeights final : public WeightAccess {
- public:
-  explicit EngineWeights(TrainingEngine& e) : e_(e) {}
-  void read(const std::string& name, std::span<float> out) override { e_.read_parameter(name, out); }
-  void write(const std::string& name, std::span<const float> in) override { e_.write_parameter(name, in); }
-
- private:
-  TrainingEngine& e_;
-};
-
-}  // namespace
-
 void Trainer::run_osci_reset(Progress& progress) {
-  EngineWeights weights(*engine_);
+  EngineWeightAccess weights(*engine_);
   const std::optional<OsciResetReport> report = osci_->after_step(step_, weights);
   if (!report) return;
   int64_t tracked = 0, reset = 0;

@@ -851,12 +851,7 @@ TEST(CudaEngine, OsciResetWritesGridPointsThroughTheEngine) {
   oc.threshold = 1e-30;  // the smallest risk that counts: every element whose grid point moved is reset
   OsciReset osci(oc, 12, osci_targets(gpu->parameters(), recipe, cfg.n_layers));
   ASSERT_FALSE(osci.targets().empty());
-  struct DeviceWeights final : WeightAccess {
-    explicit DeviceWeights(TrainingEngine& e) : e(e) {}
-    void read(const std::string& name, std::span<float> out) override { e.read_parameter(name, out); }
-    void write(const std::string& name, std::span<const float> in) override { e.write_parameter(name, in); }
-    TrainingEngine& e;
-  } weights(*gpu);
+  EngineWeightAccess weights(*gpu);
   StepHyper h;
   h.lr = 3e-3f;
   int windows = 0;

@@ -49,16 +49,6 @@ Batch token_batch(std::mt19937& rng, const ModelConfig& cfg) {
   return batch;
 }
 
-// The host form's access to an engine's masters, as the trainer gives it.
-class EngineWeights final : public WeightAccess {
- public:
-  explicit EngineWeights(TrainingEngine& e) : e_(e) {}
-  void read(const std::string& name, std::span<float> out) override { e_.read_parameter(name, out); }
-  void write(const std::string& name, std::span<const float> in) override { e_.write_parameter(name, in); }
-
- private:
-  TrainingEngine& e_;
-};
 
 std::vector<float> read_weight(const TrainingEngine& e, const OsciTarget& t) {
   std::vector<float> v(static_cast<size_t>(t.rows * t.cols));
@@ -141,7 +131,7 @@ struct Rig {
     const StepStats st = dev->train_step({&batch, 1}, hyper);
     EXPECT_TRUE(std::isfinite(st.loss)) << "step " << step;
     host->load_state(dev->save_state());
-    EngineWeights dev_w(*dev), host_w(*host);
+    EngineWeightAccess dev_w(*dev), host_w(*host);
     const auto rd = dev_osci.after_step(step, dev_w);
     const auto rh = host_osci.after_step(step, host_w);
     expect_same_reports(rd, rh, step);
@@ -241,7 +231,7 @@ TEST(OsciResetCuda, ThresholdsThatResetNothingAndEverything) {
       rig.dev->train_step({&batch, 1}, rig.hyper);
       std::vector<std::vector<float>> before;
       for (const OsciTarget& t : rig.targets) before.push_back(read_weight(*rig.dev, t));
-      EngineWeights w(*rig.dev);
+      EngineWeightAccess w(*rig.dev);
       const auto report = dev.after_step(5, w);
       ASSERT_TRUE(report.has_value());
       int64_t surely_reset = 0;
