@@ -25,13 +25,24 @@ std::vector<float> AdamWOptimizer::full_moment(std::span<const float> shard_stat
 
 std::vector<StateTensor> AdamWOptimizer::save_state(const ParameterSet& ps) const {
   std::vector<StateTensor> out;
-  const std::vector<float> m = full_moment(adam_.first_moment(), ps.numel());
-  const std::vector<float> v = full_moment(adam_.second_moment(), ps.numel());
+  // One process holds every element's moments and slices them in place; with data parallelism every rank
+  // gathers the shards into full copies first (a collective: all ranks take this branch together).
+  std::span<const float> m = adam_.first_moment(), v = adam_.second_moment();
+  std::vector<float> m_full, v_full;
+  if (place_.comm == nullptr) {
+    FP4_CHECK(adam_.shard().begin == 0 && static_cast<int64_t>(m.size()) == ps.numel(),
+              "AdamW save_state: a single process must hold all ", ps.numel(), " moments, holds ", m.size());
+  } else {
+    m_full = full_moment(m, ps.numel());
+    v_full = full_moment(v, ps.numel());
+    m = m_full;
+    v = v_full;
+  }
   for (int i = 0; i < ps.size(); ++i) {
     const auto& p = ps.at(i);
     const auto off = static_cast<size_t>(p.offset), n = static_cast<size_t>(p.info.numel());
-    out.push_back(f32_state_tensor(kAdamMomentPrefix[0] + p.info.name, p.info.shape, std::span(m).subspan(off, n)));
-    out.push_back(f32_state_tensor(kAdamMomentPrefix[1] + p.info.name, p.info.shape, std::span(v).subspan(off, n)));
+    out.push_back(f32_state_tensor(kAdamMomentPrefix[0] + p.info.name, p.info.shape, m.subspan(off, n)));
+    out.push_back(f32_state_tensor(kAdamMomentPrefix[1] + p.info.name, p.info.shape, v.subspan(off, n)));
   }
   out.push_back(adam_step_tensor(adam_.step_count()));
   return out;
