@@ -9,6 +9,8 @@
 #include <cstring>
 #include <exception>
 #include <future>
+#include <map>
+#include <set>
 
 #include "core/error.h"
 #include "train/file_io.h"
@@ -39,22 +41,51 @@ int64_t step_of(const std::string& name) {
   return v;
 }
 
-// model.safetensors, streamed from the engine one parameter at a time through one buffer (the
-// largest parameter's size) instead of a copy of them all, hashed as it is written.
+// The state tensors that are byte-identical copies of a parameter (same name, F32, same shape, same
+// bytes as the engine's parameter): version 2 keeps them in model.safetensors alone. Each parameter is
+// read once; anything that differs stays in the state, so no data can be lost.
+std::map<std::string, const StateTensor*> state_copies_of_parameters(const TrainingEngine& engine,
+                                                                     std::span<const StateTensor> state) {
+  std::map<std::string, const StateTensor*> by_name;
+  for (const auto& t : state)
+    FP4_CHECK(by_name.emplace(t.name, &t).second, kStateFile, ": duplicate tensor '", t.name, "'");
+  std::map<std::string, const StateTensor*> copies;
+  std::vector<float> buffer;
+  for (const auto& p : engine.parameters()) {
+    const auto it = by_name.find(p.name);
+    if (it == by_name.end()) continue;
+    const StateTensor& t = *it->second;
+    const size_t bytes = static_cast<size_t>(p.numel()) * sizeof(float);
+    if (t.dtype != "F32" || t.shape != p.shape || t.bytes.size() != bytes) continue;
+    buffer.resize(static_cast<size_t>(p.numel()));
+    engine.read_parameter(p.name, buffer);
+    if (std::memcmp(buffer.data(), t.bytes.data(), bytes) == 0) copies.emplace(p.name, &t);
+  }
+  return copies;
+}
+
+// model.safetensors, streamed one parameter at a time through one buffer (the largest parameter's
+// size) instead of a copy of them all, hashed as it is written. A parameter with a verified copy in
+// `copies` is written from that copy, without reading the engine again.
 FileDigest write_model_file(const fs::path& path, const TrainingEngine& engine,
+                            const std::map<std::string, const StateTensor*>& copies,
                             const SafetensorsMetadata& meta) {
   const std::vector<ParameterInfo> params = engine.parameters();
   std::vector<SafetensorsEntry> entries;
   int64_t largest = 0;
   for (const auto& p : params) {
     entries.push_back({p.name, "F32", p.shape});
-    largest = std::max(largest, p.numel());
+    if (!copies.contains(p.name)) largest = std::max(largest, p.numel());
   }
   const std::string head = safetensors_header(path, entries, meta);
   SyncedFileWriter out(path, /*hash=*/true);
   out.write({reinterpret_cast<const uint8_t*>(head.data()), head.size()});
   std::vector<float> buffer(static_cast<size_t>(largest));
   for (const auto& p : params) {
+    if (const auto it = copies.find(p.name); it != copies.end()) {
+      out.write(it->second->bytes);
+      continue;
+    }
     const auto values = std::span(buffer).first(static_cast<size_t>(p.numel()));
     engine.read_parameter(p.name, values);
     out.write({reinterpret_cast<const uint8_t*>(values.data()), values.size_bytes()});
@@ -127,6 +158,58 @@ std::vector<StateTensor> read_verified_tensors(const fs::path& path, const nlohm
   return std::move(read.content.tensors);
 }
 
+// A version-2 manifest's "state_from_model": [{"name", "index"}, ...], indices increasing.
+struct FromModel {
+  std::string name;
+  size_t index = 0;
+};
+std::vector<FromModel> state_from_model(const fs::path& manifest_path, const nlohmann::json& manifest) {
+  FP4_CHECK(manifest.contains("state_from_model") && manifest["state_from_model"].is_array(),
+            manifest_path.string(), ": version 2 needs a \"state_from_model\" list");
+  std::vector<FromModel> out;
+  for (const auto& e : manifest["state_from_model"]) {
+    FP4_CHECK(e.is_object() && e.contains("name") && e["name"].is_string() && e.contains("index") &&
+                  e["index"].is_number_unsigned(),
+              manifest_path.string(), ": \"state_from_model\" entry ", e.dump(),
+              " needs a string \"name\" and a non-negative \"index\"");
+    out.push_back({e["name"].get<std::string>(), e["index"].get<size_t>()});
+    FP4_CHECK(out.size() == 1 || out[out.size() - 2].index < out.back().index, manifest_path.string(),
+              ": \"state_from_model\" indices must increase (at '", out.back().name, "')");
+  }
+  return out;
+}
+
+// Puts the state tensors a version-2 checkpoint keeps only in model.safetensors back into their
+// places, so the state is the list the engine saved. Copies: the model tensors stay for
+// load_parameters.
+std::vector<StateTensor> merge_state(const fs::path& dir, const std::vector<FromModel>& from_model,
+                                     const std::vector<StateTensor>& model, std::vector<StateTensor> stored) {
+  std::map<std::string, const StateTensor*> model_by_name;
+  for (const auto& t : model) model_by_name.emplace(t.name, &t);
+  std::set<std::string> taken;
+  for (const auto& f : from_model)
+    FP4_CHECK(taken.insert(f.name).second, (dir / kManifestFile).string(), ": lists state tensor '", f.name,
+              "' twice");
+  for (const auto& t : stored)
+    FP4_CHECK(!taken.contains(t.name), (dir / kStateFile).string(), ": holds tensor '", t.name,
+              "', which the manifest says is taken from ", kModelFile);
+  for (const auto& f : from_model)
+    FP4_CHECK(model_by_name.contains(f.name), dir.string(), ": the manifest takes state tensor '", f.name,
+              "' from ", kModelFile, ", which lacks it");
+  std::vector<StateTensor> state;
+  state.reserve(stored.size() + from_model.size());
+  auto next_stored = stored.begin();
+  for (const auto& f : from_model) {
+    while (state.size() < f.index && next_stored != stored.end()) state.push_back(std::move(*next_stored++));
+    FP4_CHECK(state.size() == f.index, (dir / kManifestFile).string(), ": state tensor '", f.name,
+              "' is placed at index ", f.index, " of a state of ", stored.size() + from_model.size(),
+              " tensors");
+    state.push_back(*model_by_name.at(f.name));
+  }
+  while (next_stored != stored.end()) state.push_back(std::move(*next_stored++));
+  return state;
+}
+
 }  // namespace
 
 fs::path checkpoint_root(const fs::path& run_dir) {
@@ -163,15 +246,29 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEn
   const fs::path tmp = root / (kTempPrefix + name + "-" + std::to_string(::getpid()));
   fs::create_directory(tmp);
 
+  // Version 2: the state's copies of parameters are not written to the state file; the manifest lists
+  // them with their places in the state, and loading takes them from model.safetensors.
+  const auto copies = state_copies_of_parameters(engine, state);
+  std::vector<const StateTensor*> kept;
+  nlohmann::json from_model = nlohmann::json::array();
+  for (size_t i = 0; i < state.size(); ++i) {
+    const auto it = copies.find(state[i].name);
+    if (it != copies.end() && it->second == &state[i])
+      from_model.push_back({{"name", state[i].name}, {"index", i}});
+    else
+      kept.push_back(&state[i]);
+  }
+
   // The state file (the larger) is written and hashed on a second thread while this one streams the
-  // parameters out of the engine into the model file. On a throw here the future's destructor
-  // waits for that thread; the temp dir is removed by the next save, as after a crash.
+  // parameters into the model file. On a throw here the future's destructor waits for that thread;
+  // the temp dir is removed by the next save, as after a crash.
   auto state_written = std::async(std::launch::async, [&] {
-    return write_safetensors_hashed(tmp / kStateFile, state, {{"step", std::to_string(step)}});
+    return write_safetensors_hashed(tmp / kStateFile, std::span<const StateTensor* const>(kept),
+                                    {{"step", std::to_string(step)}});
   });
   const SafetensorsMetadata meta = {
       {"format", "pt"}, {"step", std::to_string(step)}, {"model", engine.config().name}};
-  const FileDigest model_file = write_model_file(tmp / kModelFile, engine, meta);
+  const FileDigest model_file = write_model_file(tmp / kModelFile, engine, copies, meta);
   const FileDigest state_file = state_written.get();
   stage("model");
   stage("state");
@@ -181,6 +278,7 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEn
   manifest["files"][kModelFile] = file_entry(model_file);
   manifest["files"][kStateFile] = file_entry(state_file);
   manifest["files"][kTrainerFile] = file_entry(trainer_file);
+  manifest["state_from_model"] = std::move(from_model);
   write_file_synced(tmp / kManifestFile, manifest.dump(2) + "\n");
   fsync_directory(tmp);
   stage("manifest");
@@ -237,8 +335,12 @@ Checkpoint load_checkpoint(const fs::path& dir, bool with_state) {
   }
   FP4_CHECK(manifest.is_object() && manifest.value("format", "") == kCheckpointFormat, manifest_path.string(),
             ": not an fp4train checkpoint manifest");
-  FP4_CHECK(manifest.value("version", 0) == kCheckpointVersion, manifest_path.string(),
-            ": unsupported version ", manifest.value("version", 0));
+  const nlohmann::json version_field = manifest.value("version", nlohmann::json());
+  const int version = version_field.is_number_integer() ? version_field.get<int>() : 0;
+  FP4_CHECK(version == 1 || version == kCheckpointVersion, manifest_path.string(), ": unsupported version ",
+            version_field.dump(), " (this build reads versions 1 and ", kCheckpointVersion, ")");
+  const std::vector<FromModel> from_model =
+      version >= 2 ? state_from_model(manifest_path, manifest) : std::vector<FromModel>{};
   FP4_CHECK(manifest.contains("files") && manifest["files"].is_object(), manifest_path.string(),
             ": no \"files\" entry");
   // Cheap checks of all files first, so a missing or truncated file is reported before any hashing.
@@ -266,6 +368,8 @@ Checkpoint load_checkpoint(const fs::path& dir, bool with_state) {
     if (!model_error) throw;
   }
   if (model_error) std::rethrow_exception(model_error);
+  if (with_state && !from_model.empty())
+    ckpt.state = merge_state(dir, from_model, ckpt.model, std::move(ckpt.state));
   const fs::path trainer_path = dir / kTrainerFile;
   const std::string trainer_text = read_file(trainer_path);
   check_sha256(trainer_path, sha256_hex(trainer_text), files.at(kTrainerFile));

@@ -1,11 +1,15 @@
 // Checkpoints: <run dir>/checkpoints/step_NNNNNN/ holding
 //   model.safetensors   the parameters (F32), for eval, sampling and export
-//   state.safetensors   TrainingEngine::save_state(): everything needed to resume bit for bit
+//   state.safetensors   TrainingEngine::save_state(): everything needed to resume bit for bit, less
+//                       the tensors that are byte for byte a parameter in model.safetensors
 //   trainer.json        step, tokens, loader state, seed, elapsed time, config hash, the run config
-//   manifest.json       byte size and SHA-256 of each file above, checked at load
+//   manifest.json       byte size and SHA-256 of each file above, checked at load, and
+//                       "state_from_model": the state tensors taken from model.safetensors, with
+//                       their indices in the state
 // and <run dir>/checkpoints/latest naming the newest complete one. A save writes into a temp dir,
 // fsyncs, renames it into place, then replaces `latest` atomically: an interrupted save never
-// damages the previous checkpoint.
+// damages the previous checkpoint. Version 1 (no "state_from_model", the parameters also in the
+// state) is still read; load_checkpoint gives the same Checkpoint for both.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +25,7 @@
 namespace fp4 {
 
 inline constexpr const char* kCheckpointFormat = "fp4train-checkpoint";
-inline constexpr int kCheckpointVersion = 1;
+inline constexpr int kCheckpointVersion = 2;  // the version written; 1 and 2 are read
 
 std::filesystem::path checkpoint_root(const std::filesystem::path& run_dir);  // <run dir>/checkpoints
 std::string checkpoint_name(int64_t step);                                    // "step_000120"
@@ -61,7 +65,9 @@ struct Checkpoint {
 
 // Reads and verifies a checkpoint: manifest, sizes, SHA-256 of every file, safetensors structure,
 // trainer.json fields. `with_state = false` skips reading state.safetensors (its checksum is still
-// checked). Throws fp4::Error naming the file and the fault (missing, truncated, checksum mismatch, ...).
+// checked). With the state, version 2's "state_from_model" tensors are copied from the model into their
+// places in it, so `state` is the list the engine saved. Throws fp4::Error naming the file and the fault
+// (missing, truncated, checksum mismatch, a listed tensor the model lacks, ...).
 Checkpoint load_checkpoint(const std::filesystem::path& dir, bool with_state = true);
 
 // Writes the checkpoint's parameters into the engine, checking that every engine parameter is

@@ -93,37 +93,51 @@ std::string safetensors_header(const std::filesystem::path& path, std::span<cons
 namespace {
 
 // The header of tensors that hold their bytes, checking each byte count against dtype and shape.
-std::string header_of_tensors(const std::filesystem::path& path, std::span<const StateTensor> tensors,
+std::string header_of_tensors(const std::filesystem::path& path, std::span<const StateTensor* const> tensors,
                               const SafetensorsMetadata& metadata) {
   std::vector<SafetensorsEntry> entries;
   entries.reserve(tensors.size());
-  for (const auto& t : tensors) {
-    entries.push_back({t.name, t.dtype, t.shape});
+  for (const StateTensor* t : tensors) {
+    entries.push_back({t->name, t->dtype, t->shape});
     const uint64_t expected = safetensors_data_bytes(entries.back(), path);
-    FP4_CHECK(expected == t.bytes.size(), path.string(), ": tensor '", t.name, "' ", t.dtype,
-              shape_text(t.shape), " needs ", expected, " bytes, has ", t.bytes.size());
+    FP4_CHECK(expected == t->bytes.size(), path.string(), ": tensor '", t->name, "' ", t->dtype,
+              shape_text(t->shape), " needs ", expected, " bytes, has ", t->bytes.size());
   }
   return safetensors_header(path, entries, metadata);
 }
 
 // The byte ranges of the whole file, in order, over `head` and the tensors' own buffers.
 std::vector<std::span<const uint8_t>> file_parts(const std::string& head,
-                                                 std::span<const StateTensor> tensors) {
+                                                 std::span<const StateTensor* const> tensors) {
   std::vector<std::span<const uint8_t>> parts;
   parts.emplace_back(reinterpret_cast<const uint8_t*>(head.data()), head.size());
-  for (const auto& t : tensors) parts.emplace_back(t.bytes.data(), t.bytes.size());
+  for (const StateTensor* t : tensors) parts.emplace_back(t->bytes.data(), t->bytes.size());
   return parts;
+}
+
+std::vector<const StateTensor*> pointers_to(std::span<const StateTensor> tensors) {
+  std::vector<const StateTensor*> out;
+  out.reserve(tensors.size());
+  for (const auto& t : tensors) out.push_back(&t);
+  return out;
 }
 
 }  // namespace
 
 void write_safetensors(const std::filesystem::path& path, std::span<const StateTensor> tensors,
                        const SafetensorsMetadata& metadata) {
-  const std::string head = header_of_tensors(path, tensors, metadata);
-  write_file_synced(path, file_parts(head, tensors));
+  const auto pointers = pointers_to(tensors);
+  const std::string head = header_of_tensors(path, pointers, metadata);
+  write_file_synced(path, file_parts(head, pointers));
 }
 
 FileDigest write_safetensors_hashed(const std::filesystem::path& path, std::span<const StateTensor> tensors,
+                                    const SafetensorsMetadata& metadata) {
+  return write_safetensors_hashed(path, pointers_to(tensors), metadata);
+}
+
+FileDigest write_safetensors_hashed(const std::filesystem::path& path,
+                                    std::span<const StateTensor* const> tensors,
                                     const SafetensorsMetadata& metadata) {
   const std::string head = header_of_tensors(path, tensors, metadata);
   return write_file_synced_hashed(path, file_parts(head, tensors));

@@ -53,6 +53,10 @@ void write_safetensors(const std::filesystem::path& path, std::span<const StateT
 // The same, returning the file's size and SHA-256, hashed from memory as the bytes are written.
 FileDigest write_safetensors_hashed(const std::filesystem::path& path, std::span<const StateTensor> tensors,
                                     const SafetensorsMetadata& metadata = {});
+// The same over tensors held elsewhere (a selection of a longer list, written without copying it).
+FileDigest write_safetensors_hashed(const std::filesystem::path& path,
+                                    std::span<const StateTensor* const> tensors,
+                                    const SafetensorsMetadata& metadata = {});
 
 // Reads and validates the whole file: every fault (truncated, bad header, unknown dtype, offsets
 // out of range, gaps, overlaps, trailing bytes) throws fp4::Error naming the file and the tensor.
