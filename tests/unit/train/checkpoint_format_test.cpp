@@ -21,15 +21,7 @@ using testing::error_of;
 using ::testing::HasSubstr;
 using testing::TempDir;
 
-std::unique_ptr<TrainingEngine> trained_engine(uint64_t seed, int steps) {
-  auto engine = make_cpu_engine(testing::small_model(), Recipe{}, seed);
-  std::mt19937_64 rng(seed);
-  for (int i = 0; i < steps; ++i) {
-    const std::vector<Batch> micro = {testing::random_batch(rng, 2, 8, 257)};
-    engine->train_step(micro, StepHyper{});
-  }
-  return engine;
-}
+using testing::trained_cpu_engine;
 
 nlohmann::json trainer_json(int64_t step) {
   return {{"step", step}, {"tokens", step * 16}};
@@ -102,7 +94,7 @@ TEST(CheckpointV2, StateFileLacksTheParametersAndLoadsAsSaved) {
   TempDir run;
   std::mt19937_64 rng(std::random_device{}());
   const uint64_t seed = rng();
-  auto engine = trained_engine(seed, 1 + static_cast<int>(rng() % 3));
+  auto engine = trained_cpu_engine(seed, 1 + static_cast<int>(rng() % 3));
   const auto state = engine->save_state();
   const auto dir = save_checkpoint(run.path(), 5, *engine, trainer_json(5), state);
 
@@ -138,7 +130,7 @@ TEST(CheckpointV2, Version1StillLoadsAndResumesBitForBit) {
   TempDir v1_run, v2_run;
   std::mt19937_64 rng(std::random_device{}());
   const uint64_t seed = rng();
-  auto engine = trained_engine(seed, 2);
+  auto engine = trained_cpu_engine(seed, 2);
   const auto dir = write_version1(v1_run.path(), 2, *engine);
   ASSERT_EQ(latest_checkpoint(v1_run.path()), dir);
   const Checkpoint v1 = load_checkpoint(dir);
@@ -158,7 +150,7 @@ TEST(CheckpointV2, Version1StillLoadsAndResumesBitForBit) {
 TEST(CheckpointV2, StateTensorDifferingFromItsParameterIsKept) {
   TempDir run;
   std::mt19937_64 rng(std::random_device{}());
-  auto engine = trained_engine(rng(), 1);
+  auto engine = trained_cpu_engine(rng(), 1);
   auto state = engine->save_state();
   const auto params = parameter_names(*engine);
   std::vector<size_t> param_at;
@@ -197,7 +189,7 @@ void replace_file(const fs::path& dir, const std::string& file, const std::funct
 TEST(CheckpointV2, ListedTensorMissingFromTheModelIsRefused) {
   TempDir run;
   std::mt19937_64 rng(std::random_device{}());
-  auto engine = trained_engine(rng(), 1);
+  auto engine = trained_cpu_engine(rng(), 1);
   const auto dir = save_checkpoint(run.path(), 1, *engine, trainer_json(1));
   const auto listed = manifest_of(dir)["state_from_model"];
   ASSERT_FALSE(listed.empty());
@@ -212,7 +204,7 @@ TEST(CheckpointV2, ListedTensorMissingFromTheModelIsRefused) {
 
 TEST(CheckpointV2, ManifestFaultsAreNamed) {
   TempDir run;
-  auto engine = trained_engine(7, 1);
+  auto engine = trained_cpu_engine(7, 1);
   const auto dir = save_checkpoint(run.path(), 1, *engine, trainer_json(1));
   const auto good = manifest_of(dir);
   const auto edited = [&](const std::function<void(nlohmann::json&)>& edit) {

@@ -21,16 +21,7 @@ using testing::error_of;
 using ::testing::HasSubstr;
 using testing::TempDir;
 
-// An engine with non-trivial optimizer state: a few steps on random tokens.
-std::unique_ptr<TrainingEngine> trained_engine(uint64_t seed, int steps) {
-  auto engine = make_cpu_engine(testing::small_model(), Recipe{}, seed);
-  std::mt19937_64 rng(seed);
-  for (int i = 0; i < steps; ++i) {
-    const std::vector<Batch> micro = {testing::random_batch(rng, 2, 8, 257)};
-    engine->train_step(micro, StepHyper{});
-  }
-  return engine;
-}
+using testing::trained_cpu_engine;
 
 nlohmann::json trainer_json(int64_t step) {
   return {{"step", step}, {"tokens", step * 16}, {"note", "test"}};
@@ -51,7 +42,7 @@ TEST(Checkpoint, RoundTripRestoresTheExactState) {
   TempDir run;
   std::mt19937_64 rng(std::random_device{}());
   const uint64_t seed = rng();
-  auto a = trained_engine(seed, 3);
+  auto a = trained_cpu_engine(seed, 3);
   const auto dir = save_checkpoint(run.path(), 3, *a, trainer_json(3));
   EXPECT_EQ(dir, checkpoint_root(run.path()) / "step_000003");
   EXPECT_EQ(latest_checkpoint(run.path()), dir);
@@ -86,10 +77,10 @@ TEST(Checkpoint, RoundTripRestoresTheExactState) {
 TEST(Checkpoint, InterruptedSaveNeverDamagesThePreviousOne) {
   for (const std::string stage : {"model", "state", "trainer", "manifest", "renamed"}) {
     TempDir run;
-    auto engine = trained_engine(11, 1);
+    auto engine = trained_cpu_engine(11, 1);
     const auto first = save_checkpoint(run.path(), 1, *engine, trainer_json(1));
     const auto before = fingerprint(first);
-    auto engine2 = trained_engine(11, 2);
+    auto engine2 = trained_cpu_engine(11, 2);
     SaveOptions crash;
     crash.after_stage = [&](const std::string& s) {
       if (s == stage) throw std::runtime_error("simulated crash after " + s);
@@ -111,7 +102,7 @@ TEST(Checkpoint, InterruptedSaveNeverDamagesThePreviousOne) {
 
 TEST(Checkpoint, SavingTheSameStepAgainReplacesIt) {
   TempDir run;
-  auto a = trained_engine(5, 1), b = trained_engine(6, 2);
+  auto a = trained_cpu_engine(5, 1), b = trained_cpu_engine(6, 2);
   save_checkpoint(run.path(), 4, *a, trainer_json(4));
   auto j = trainer_json(4);
   j["note"] = "second";
@@ -126,7 +117,7 @@ TEST(Checkpoint, SavingTheSameStepAgainReplacesIt) {
 
 TEST(Checkpoint, KeepsTheLastK) {
   TempDir run;
-  auto engine = trained_engine(3, 1);
+  auto engine = trained_cpu_engine(3, 1);
   SaveOptions keep;
   keep.keep_last = 2;
   for (int s : {10, 20, 30, 40, 50}) save_checkpoint(run.path(), s, *engine, trainer_json(s), keep);
@@ -139,7 +130,7 @@ TEST(Checkpoint, KeepsTheLastK) {
 TEST(Checkpoint, NoCheckpointAndBrokenPointers) {
   TempDir run;
   EXPECT_FALSE(latest_checkpoint(run.path()));
-  auto engine = trained_engine(3, 1);
+  auto engine = trained_cpu_engine(3, 1);
   save_checkpoint(run.path(), 7, *engine, trainer_json(7));
   write_file_atomically(checkpoint_root(run.path()) / "latest", "step_000008\n");
   EXPECT_THAT(error_of([&] { latest_checkpoint(run.path()); }), HasSubstr("names step_000008 but"));
@@ -156,7 +147,7 @@ TEST(Checkpoint, NoCheckpointAndBrokenPointers) {
 TEST(Checkpoint, ManifestHashesMatchTheFilesOnDisk) {
   TempDir run;
   std::mt19937_64 rng(std::random_device{}());
-  auto engine = trained_engine(rng(), 2);
+  auto engine = trained_cpu_engine(rng(), 2);
   const auto dir = save_checkpoint(run.path(), 2, *engine, trainer_json(2));
   const auto manifest = nlohmann::json::parse(read_file(dir / "manifest.json"));
   ASSERT_EQ(manifest["files"].size(), 3u);
@@ -187,7 +178,7 @@ TEST(Checkpoint, ManifestHashesMatchTheFilesOnDisk) {
 // previous checkpoint stays the latest, and the next save succeeds.
 TEST(Checkpoint, FailedStateWriteIsReportedAndHarmless) {
   TempDir run;
-  auto engine = trained_engine(13, 1);
+  auto engine = trained_cpu_engine(13, 1);
   const auto first = save_checkpoint(run.path(), 1, *engine, trainer_json(1));
   const auto before = fingerprint(first);
   auto state = engine->save_state();
@@ -206,7 +197,7 @@ TEST(Checkpoint, FailedStateWriteIsReportedAndHarmless) {
 class CorruptCheckpoint : public ::testing::Test {
  protected:
   void SetUp() override {
-    engine_ = trained_engine(21, 1);
+    engine_ = trained_cpu_engine(21, 1);
     dir_ = save_checkpoint(run_.path(), 1, *engine_, trainer_json(1));
   }
   TempDir run_;

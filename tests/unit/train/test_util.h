@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "data/prepare.h"
 #include "model/config.h"
+#include "model/cpu_engine.h"
 #include "model/engine.h"
 #include "train/run_config.h"
 
@@ -95,6 +96,17 @@ inline Batch random_batch(std::mt19937_64& rng, int batch, int seq, int vocab) {
     b.targets.insert(b.targets.end(), row.begin() + 1, row.end());
   }
   return b;
+}
+
+// A CPU engine of small_model() with non-trivial optimizer state: `steps` steps on random tokens.
+inline std::unique_ptr<TrainingEngine> trained_cpu_engine(uint64_t seed, int steps) {
+  auto engine = make_cpu_engine(small_model(), Recipe{}, seed);
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < steps; ++i) {
+    const std::vector<Batch> micro = {random_batch(rng, 2, 8, 257)};
+    engine->train_step(micro, StepHyper{});
+  }
+  return engine;
 }
 
 // Pseudo-English documents from a small random vocabulary: learnable, different on every run.
