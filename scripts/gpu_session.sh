@@ -122,10 +122,11 @@ phase_bench() {
   phase_torchbench
 }
 # fp4train vs PyTorch tokens/s (bench/torch_train_bench.py); TORCH_BENCH_ARGS adds options, e.g.
-# "--compile-mode max-autotune --steps 8 --warmup 3" (each mode's log is kept apart).
+# "--compile-mode default,reduce-overhead --steps 8 --warmup 3" (PyTorch timed in each mode, compared with the
+# fastest; each choice of modes gets its own log).
 phase_torchbench() {
   local tag
-  tag=$(echo "${TORCH_BENCH_ARGS:-}" | grep -oE -- "--compile-mode [a-z-]+" | awk '{print "-" $2}')
+  tag=$(echo "${TORCH_BENCH_ARGS:-}" | grep -oE -- "--compile-mode [a-z,-]+" | awk '{print "-" $2}' | tr ',' '_')
   timeout 330 python3 bench/torch_train_bench.py --build-dir $B ${TORCH_BENCH_ARGS:-} \
     >"$out/torch_train_bench$tag.log" 2>&1
   note "torch_train_bench$tag rc=$?"
