@@ -14,6 +14,7 @@
 #                seed $EXP_SEED (default 1), then the report; EXP_GROUPS="bf16,nvidia-nvfp4 tetrajet-v2-base"
 #                runs groups on GPUs 0, 1, ...
 #   exp70m       the same on olmo2-70m
+#   oscispeed    olmo2-70m tetrajet-v2-base with OsciReset: tokens/s inside its windows vs outside (needs data)
 #   dist2        scripts/dist_gpu_check.sh 2 (needs two GPUs)
 #   distscale    bench/dist_scaling.sh olmo2-370m on 1 and 2 GPUs ($DIST_SCALE_RECIPES, default bf16 tetrajet-v2-base)
 #   normbench    norm_kernels_bench (RMSNorm, QK-norm+RoPE, SwiGLU against a D2D copy)
@@ -193,6 +194,28 @@ run_experiment() {
 }
 phase_exp30m() { run_experiment 30m 3052; }  # 100M tokens
 phase_exp70m() { run_experiment 70m 3052; }  # 100M tokens
+
+# OsciReset's cost on the GPU: olmo2-70m tetrajet-v2-base, 300 steps, windows of 50 steps at 100-150 and
+# 200-250; median tokens/s of logged steps inside the windows against those outside (same run). Needs `data`.
+phase_oscispeed() {
+  mkdir -p runs
+  rm -rf runs/oscispeed
+  train_recipe configs/runs/olmo2-70m.toml runs/oscispeed tetrajet-v2-base 300 --set osci_reset.enabled=true \
+    --set osci_reset.start=100 --set osci_reset.window=50 --set osci_reset.period=100 --set train.log_every=5 \
+    --set train.eval_every=0
+  grep -E "osci_reset" runs/oscispeed.log | head -4
+  python3 - runs/oscispeed/metrics.jsonl <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+train = [r for r in rows if r.get("type") == "train" and r["step"] > 20]
+inside = [r["tokens_per_s"] for r in train if 100 < r["step"] <= 150 or 200 < r["step"] <= 250]
+outside = [r["tokens_per_s"] for r in train if not (100 < r["step"] <= 150 or 200 < r["step"] <= 250)]
+resets = [r for r in rows if r.get("type") == "osci_reset"]
+mi, mo = statistics.median(inside), statistics.median(outside)
+print(f"oscispeed: median tokens/s inside windows {mi:,.0f}, outside {mo:,.0f}, ratio {mi / mo:.3f}; "
+      f"windows closed {len(resets)}, elements reset {[r['reset'] for r in resets]}")
+PY
+}
 
 phase_dist2() {  # the two-GPU data-parallel checks (scripts/dist_gpu_check.sh), when the GPUs are there
   local n
