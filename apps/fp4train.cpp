@@ -1,10 +1,15 @@
 // fp4train: the command-line program. Argument parsing only; the work is in src/train/commands.h.
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "core/error.h"
 #include "dist/launcher.h"
+#include "ops/ops.h"
 #include "report/report.h"
 #include "train/commands.h"
 #include "train/engine_factory.h"
@@ -141,7 +146,24 @@ void add_launch(CLI::App& app, fp4::LaunchOptions& a) {
 
 }  // namespace
 
+namespace {
+
+// OpenBLAS picks its kernels when the process loads it, so a CPU it does not recognise (a virtual "Intel Xeon
+// Processor") gets the generic SSE3 ones. Start again once with the better core type in the environment; a
+// core type the user set is left alone, and if the restart fails the run goes on as it is.
+void restart_with_better_blas_kernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  const std::string better = fp4::cpu::blas_better_coretype();
+  if (better.empty()) return;
+  if (::setenv("OPENBLAS_CORETYPE", better.c_str(), 1) != 0) return;
+  ::execv("/proc/self/exe", argv);
+  ::unsetenv("OPENBLAS_CORETYPE");  // still here: the restart failed
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  restart_with_better_blas_kernels(argv);
 #ifdef FP4_HAVE_CUDA
   fp4::register_cuda_engine(&fp4::make_cuda_engine);
 #endif

@@ -17,8 +17,11 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
 
 // The BLAS behind gemm, e.g. "OpenBLAS SkylakeX, 2 threads".
 std::string blas_description();
-// Advice when OpenBLAS did not recognise this CPU and fell back to its generic SSE3 kernels although
-// the CPU has AVX2 (about 2.5x slower GEMMs); empty otherwise.
+// The OpenBLAS core type to ask for (OPENBLAS_CORETYPE: "SkylakeX" on AVX-512, "Haswell" on AVX2) when
+// OpenBLAS did not recognise this CPU and fell back to its generic SSE3 kernels (about 2.5x slower
+// GEMMs); empty otherwise.
+std::string blas_better_coretype();
+// Advice naming that core type; empty when there is none.
 std::string blas_advice();
 
 // ---- token embedding ----
