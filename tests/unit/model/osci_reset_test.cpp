@@ -13,27 +13,14 @@
 #include "core/error.h"
 #include "numerics/quantize.h"
 #include "recipe/recipe_io.h"
+#include "../optim/memory_weights.h"
 
 namespace fp4 {
 namespace {
 
 using ::testing::HasSubstr;
 
-// Weights held in memory; records every write.
-class FakeWeights final : public WeightAccess {
- public:
-  std::map<std::string, std::vector<float>> w;
-  std::vector<std::pair<std::string, std::vector<float>>> writes;
-  void read(const std::string& name, std::span<float> out) override {
-    const auto& v = w.at(name);
-    ASSERT_EQ(v.size(), out.size());
-    std::copy(v.begin(), v.end(), out.begin());
-  }
-  void write(const std::string& name, std::span<const float> in) override {
-    w.at(name).assign(in.begin(), in.end());
-    writes.emplace_back(name, w.at(name));
-  }
-};
+using FakeWeights = testing::MemoryWeights;
 
 QuantSpec block128_rtn() {
   QuantSpec s;

@@ -11,20 +11,12 @@
 #include "nn/out_control.h"
 #include "numerics/quantize.h"
 #include "optim/osci_reset.h"
+#include "../optim/memory_weights.h"
 
 namespace fp4 {
 namespace {
 
-class MemoryWeights final : public WeightAccess {
- public:
-  std::map<std::string, std::vector<float>> w;
-  void read(const std::string& name, std::span<float> out) override {
-    std::copy(w.at(name).begin(), w.at(name).end(), out.begin());
-  }
-  void write(const std::string& name, std::span<const float> in) override {
-    w.at(name).assign(in.begin(), in.end());
-  }
-};
+using testing::MemoryWeights;
 
 TEST(OutControlOsciReset, OnlyFp4ColumnsAreTrackedAndResetToTheirGatheredGridPoints) {
   const uint32_t seed = std::random_device{}();

@@ -17,6 +17,7 @@
 #include "numerics/quantize.h"
 #include "optim/osci_reset.h"
 #include "optim/osci_reset_host.h"
+#include "memory_weights.h"
 
 namespace fp4 {
 namespace {
@@ -27,18 +28,7 @@ uint32_t fresh_seed() {
   return std::random_device{}();
 }
 
-class MemoryWeights final : public WeightAccess {
- public:
-  std::map<std::string, std::vector<float>> w;
-  void read(const std::string& name, std::span<float> out) override {
-    const auto& v = w.at(name);
-    ASSERT_EQ(v.size(), out.size());
-    std::copy(v.begin(), v.end(), out.begin());
-  }
-  void write(const std::string& name, std::span<const float> in) override {
-    w.at(name).assign(in.begin(), in.end());
-  }
-};
+using testing::MemoryWeights;
 
 // A backend that records what the schedule asks of it and holds random tracks.
 class RecordingBackend final : public OsciBackend {
