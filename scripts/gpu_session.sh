@@ -72,15 +72,18 @@ phase_attnbench() {
   note "attention_bench rc=$?"
   grep -E "^\|" "$out/attention_bench.log" | head -30
 }
-phase_dualprofile() {
-  local ncu
+phase_dualprofile() {  # every dual-kernel launch of one quantize_bench pass ($DUAL_NCU_COUNT), plus its SASS
+  local ncu obj
   ncu=$(ncu_bin)
-  timeout 150 "$ncu" -k "regex:quantize_dual_fast_kernel" -c 1 --section SpeedOfLight --section Occupancy \
+  timeout 240 "$ncu" -k "regex:quantize_dual" -c ${DUAL_NCU_COUNT:-12} --section SpeedOfLight --section Occupancy \
     --section WarpStateStats --section LaunchStats --section SchedulerStats --section MemoryWorkloadAnalysis \
     --section SourceCounters --section InstructionStats \
     $B/quantize_bench --sizes-mib 64 --dtypes bf16 --runs 1 >"$out/ncu-dual.txt" 2>&1
   note "dualprofile rc=$?"
-  grep -E "Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Stall|stall|Local Memory|Spill" "$out/ncu-dual.txt" | head -30
+  obj=$(find $B -name "quant_dual.cu.o" | head -1)
+  cuobjdump -sass "$obj" 2>&1 | gzip >"$out/sass-quant_dual.txt.gz"
+  grep -E "^  [a-z_]+.*kernel|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Instructions  " \
+    "$out/ncu-dual.txt" | head -60
 }
 phase_qbench() {
   timeout 200 $B/quantize_bench ${QBENCH_ARGS:-} >"$out/quantize_bench.log" 2>&1
