@@ -23,6 +23,7 @@
 #   testsgpu1    start test_cuda in the background on GPU 1 (two-GPU machines; testswait waits for it)
 #   attnbench    attention_bench (our causal attention kernels, every variant, forward and backward)
 #   dualprofile  Nsight Compute of the fused dual quantizer with stall reasons and source counters
+#   dualdetail   Nsight Compute, every section and per-SASS-line stalls, of chosen dual-kernel launches
 #   qbench       quantize_bench (quantizer bandwidth against a D2D copy, 64 and 256 MiB)
 #   smoke1b      two training steps of olmo2-1b (bf16 and tetrajet-v2-base) through train_bench
 #   qprofile     Nsight Compute sections of the quantization kernels + their SASS instruction counts
@@ -84,6 +85,21 @@ phase_dualprofile() {  # every dual-kernel launch of one quantize_bench pass ($D
   cuobjdump -sass "$obj" 2>&1 | gzip >"$out/sass-quant_dual.txt.gz"
   grep -E "^  [a-z_]+.*kernel|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Instructions  " \
     "$out/ncu-dual.txt" | head -60
+}
+# Full Nsight Compute detail (every section, per-SASS-line stall samples) of single dual-kernel launches of
+# quantize_bench's BF16 64 MiB pass: $DUAL_DETAIL_SKIPS lists launch indices (default: TetraJet-v2's dY pair
+# codes-only and with the BF16 values of both).
+phase_dualdetail() {
+  local ncu
+  ncu=$(ncu_bin)
+  for skip in ${DUAL_DETAIL_SKIPS:-4 8}; do
+    timeout 200 "$ncu" -k "regex:quantize_dual_fast_kernel" --launch-skip "$skip" -c 1 --set full --import-source yes \
+      -o "$out/dual-$skip" $B/quantize_bench --sizes-mib 64 --dtypes bf16 --runs 1 >"$out/ncu-detail-$skip.log" 2>&1
+    note "dualdetail launch $skip rc=$?"
+    "$ncu" --import "$out/dual-$skip.ncu-rep" --print-details all >"$out/ncu-detail-$skip.txt" 2>&1
+    "$ncu" --import "$out/dual-$skip.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip >"$out/ncu-source-$skip.csv.gz"
+    grep -E "Duration|Issue Slots Busy|Stall|L1/TEX Hit|Mem Busy|Max Bandwidth|Executed Ipc" "$out/ncu-detail-$skip.txt" | head -20
+  done
 }
 phase_qbench() {
   timeout 200 $B/quantize_bench ${QBENCH_ARGS:-} >"$out/quantize_bench.log" 2>&1
