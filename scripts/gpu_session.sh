@@ -63,6 +63,7 @@ phase_testswait() {
   while [ ! -f "$out/test_cuda.rc" ]; do sleep 2; done
   note "test_cuda rc=$(cat "$out/test_cuda.rc") $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/test_cuda.log" | head -3 | tr '\n' ' ')"
   grep -E "^\[  FAILED  \]" "$out/test_cuda.log" | head -12
+  [ "$(cat "$out/test_cuda.rc")" = 0 ]
 }
 phase_testsgpu1() {  # test_cuda on the second GPU in the background, so benchmarks keep GPU 0 to themselves
   (CUDA_VISIBLE_DEVICES=1 timeout 400 $B/test_cuda --gtest_brief=1 >"$out/test_cuda.log" 2>&1; echo $? >"$out/test_cuda.rc") &

@@ -152,6 +152,9 @@ struct FastMode {
   static constexpr bool kCB128 = (M & kColB128) != 0, kCSr = (M & kColSr) != 0, kCRht = (M & kColRht) != 0;
   static constexpr QuantIoType kIo = kF32 ? QuantIoType::kF32 : QuantIoType::kBF16;
   static_assert(kAligned || !kF32, "an original FP32 source needs an FP32 tile: the general kernel takes it");
+  // Thread blocks per SM the registers are budgeted for: an aligned source's FP32 tile (76 KB of shared
+  // memory) allows two, a BF16 tile (44 KB) three.
+  static constexpr int kMinBlocks = kAligned ? 2 : 3;
 };
 
 // Phase 1: the row operand, and the tile for phase 2.
@@ -168,22 +171,29 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
   float* tile_f = reinterpret_cast<float*>(smem + L::kTileOff);
   const bool want_q = F::kAligned || a.dq != nullptr;
 
-  constexpr int kBatch = F::kF32 ? 2 : 4;  // blocks whose loads are in flight together
+  // One block per iteration of a loop that is not unrolled, the next block's load in flight meanwhile: the
+  // kernel's hot code then fits the instruction caches (unrolled, every warp ran ~6,000 distinct instructions
+  // once and stalled on instruction fetch a quarter of the time; docs/BENCHMARKS.md, sixth session).
   unsigned nonfinite = 0;
-#pragma unroll
-  for (int s0 = 0; s0 < 4; s0 += kBatch) {
-    qk::Raw16<F::kIo> raw[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int rl = (s0 + b) * 32 + warp * 4 + (lane >> 3);
-      if (rl < nr && cl < nc)
-        qk::load_raw16<F::kIo>(a.x, (r0 + rl) * a.cols + c0 + cl, raw[b]);
-      else
-        qk::zero_raw16<F::kIo>(raw[b]);
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int rl = (s0 + b) * 32 + warp * 4 + (lane >> 3);
+  auto load_block = [&](int s, qk::Raw16<F::kIo>& raw) {
+    const int rl = s * 32 + warp * 4 + (lane >> 3);
+    if (rl < nr && cl < nc)
+      qk::load_raw16<F::kIo>(a.x, (r0 + rl) * a.cols + c0 + cl, raw);
+    else
+      qk::zero_raw16<F::kIo>(raw);
+  };
+  qk::Raw16<F::kIo> cur;
+  load_block(0, cur);
+#pragma unroll 1
+  for (int s = 0; s < 4; ++s) {
+    qk::Raw16<F::kIo> next;
+    if (s < 3)
+      load_block(s + 1, next);
+    else
+      qk::zero_raw16<F::kIo>(next);
+    {
+      const qk::Raw16<F::kIo>& raw = cur;
+      const int rl = s * 32 + warp * 4 + (lane >> 3);
       const bool active = rl < nr && cl < nc;
       const bool col_flip = ((col_neg >> (rl & 15)) & 1u) != 0;
       // Lanes 4..7 of a row write their two 16-byte halves in the other order: conflict-free stores.
@@ -191,12 +201,12 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
       uint4* tile_dst = reinterpret_cast<uint4*>(tile + rl * kFastTile + cl);
       if constexpr (!F::kAligned) {
         const uint32_t flip = col_flip ? 0x80008000u : 0u;
-        const uint4 w0 = h ? raw[b].w[1] : raw[b].w[0], w1 = h ? raw[b].w[0] : raw[b].w[1];  // selects: no local copy
+        const uint4 w0 = h ? raw.w[1] : raw.w[0], w1 = h ? raw.w[0] : raw.w[1];  // selects: no local copy
         tile_dst[h] = make_uint4(w0.x ^ flip, w0.y ^ flip, w0.z ^ flip, w0.w ^ flip);
         tile_dst[h ^ 1] = make_uint4(w1.x ^ flip, w1.y ^ flip, w1.z ^ flip, w1.w ^ flip);
       }
       float v[16];
-      qk::convert16<F::kIo>(raw[b], v);
+      qk::convert16<F::kIo>(raw, v);
       if constexpr (F::kRRht) {
 #pragma unroll
         for (int i = 0; i < 16; ++i) v[i] = bits_float(float_bits(v[i]) ^ (((row_neg >> i) & 1u) << 31));
@@ -251,6 +261,7 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
               make_float4(d[4 * c], d[4 * c + 1], d[4 * c + 2], d[4 * c + 3]);
       }
     }
+    cur = next;
   }
   qk::warp_count_add(nonfinite, a.nonfinite_r);
   if (!F::kRB128 && blockIdx.x == 0 && threadIdx.x == 0) a.out_r.outer[0] = p.ts.s_dec;
@@ -285,25 +296,34 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
   float s_dec_rows = 1.0f;  // an aligned tensor-scaled row operand decodes as (q * s_b) * S_dec
   if constexpr (F::kAligned && !F::kRB128) s_dec_rows = nvfp4_tensor_scale(*a.amax_r, false, a.pr.target).s_dec;
 
-  float v[4][16], amax16[4];
+  // The 16 source values of T block k of this thread (rows hh * 64 + 16 k ..), column RHT applied.
+  auto load_block = [&](int k, float (&v)[16]) {
+    const int rb = hh * 64 + 16 * k;
+    if constexpr (F::kAligned) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        v[i] = tile_f[(rb + i) * kFastTile];
+        if constexpr (!F::kRB128) v[i] = mul_rn(v[i], s_dec_rows);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) v[i] = bits_float(static_cast<uint32_t>(tile[(rb + i) * kFastTile + cl]) << 16);
+    }
+    if constexpr (F::kCRht) hadamard16_scaled(v);
+  };
+
+  // Pass A: the four blocks' amax (and the 128-block's). Pass B, a loop that is not unrolled (the hot code
+  // then fits the instruction caches, and only one block is held in registers): the blocks again, encoded.
+  // Reading and transforming a block twice costs fewer cycles than the instruction fetches it saves.
+  float amax16[4];
   bool bad[4];
   float m = 0.0f;
   unsigned nonfinite = 0;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const int rb = hh * 64 + 16 * k;
-    if constexpr (F::kAligned) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        v[k][i] = tile_f[(rb + i) * kFastTile];
-        if constexpr (!F::kRB128) v[k][i] = mul_rn(v[k][i], s_dec_rows);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) v[k][i] = bits_float(static_cast<uint32_t>(tile[(rb + i) * kFastTile + cl]) << 16);
-    }
-    if constexpr (F::kCRht) hadamard16_scaled(v[k]);
-    amax16[k] = block_amax(v[k], bad[k], nonfinite);
+    float v[16];
+    load_block(k, v);
+    amax16[k] = block_amax(v, bad[k], nonfinite);
     m = max_f(m, amax16[k]);
   }
 
@@ -316,24 +336,27 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
     outer = nvfp4_block128_outer(max_f(half_amax[0][cl], half_amax[1][cl]), false, p.target);
   }
   const int64_t trow = c0 + cl;
-  uint2 codes[4];
+  uint8_t* code_stage = smem + L::kCodeOff + cl * kStageStride + hh * 32;
   uint32_t scales = 0;
-#pragma unroll
+#pragma unroll 1
   for (int k = 0; k < 4; ++k) {
-    float mult, s_b, q[16];
-    const uint8_t scale = block_scale<F::kCB128>(p, amax16[k], outer, bad[k], mult, s_b);
+    float v[16], mult, s_b, q[16];
+    load_block(k, v);
+    // amax16[k] and bad[k] by selects: a register array indexed in a rolled loop would go to local memory.
+    const float amax_k = k == 0 ? amax16[0] : k == 1 ? amax16[1] : k == 2 ? amax16[2] : amax16[3];
+    const bool bad_k = k == 0 ? bad[0] : k == 1 ? bad[1] : k == 2 ? bad[2] : bad[3];
+    const uint8_t scale = block_scale<F::kCB128>(p, amax_k, outer, bad_k, mult, s_b);
     const int64_t i0 = trow * a.rows + r0 + hh * 64 + 16 * k;
+    uint2 codes;
     if (a.dq_c == nullptr) {
-      codes[k] = encode_block<F::kCB128, F::kCSr, false>(v[k], mult, p.philox, static_cast<uint32_t>(i0 >> 2), q);
+      codes = encode_block<F::kCB128, F::kCSr, false>(v, mult, p.philox, static_cast<uint32_t>(i0 >> 2), q);
     } else {
-      codes[k] = encode_block<F::kCB128, F::kCSr, true>(v[k], mult, p.philox, static_cast<uint32_t>(i0 >> 2), q);
+      codes = encode_block<F::kCB128, F::kCSr, true>(v, mult, p.philox, static_cast<uint32_t>(i0 >> 2), q);
       if (cl < nc && hh * 64 + 16 * k < nr) store_dequant_cols<F::kCB128>(a, i0, q, mult, s_b, outer);
     }
+    *reinterpret_cast<uint2*>(code_stage + 8 * k) = codes;
     scales |= static_cast<uint32_t>(scale) << (8 * k);
   }
-  uint4* cdst = reinterpret_cast<uint4*>(smem + L::kCodeOff + cl * kStageStride + hh * 32);
-  cdst[0] = make_uint4(codes[0].x, codes[0].y, codes[1].x, codes[1].y);
-  cdst[1] = make_uint4(codes[2].x, codes[2].y, codes[3].x, codes[3].y);
   *reinterpret_cast<uint32_t*>(smem + L::kScaleOff + cl * 8 + hh * 4) = scales;
   if (F::kCB128 && hh == 0 && cl < nc) a.out_c.outer[(trow * a.rows + r0) / 128] = outer;
   qk::warp_count_add(nonfinite, a.nonfinite_c);
@@ -362,7 +385,7 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
 }
 
 template <uint32_t M>
-__global__ void __launch_bounds__(kFastThreads, 2) quantize_dual_fast_kernel(DualArgs a) {
+__global__ void __launch_bounds__(kFastThreads, FastMode<M>::kMinBlocks) quantize_dual_fast_kernel(DualArgs a) {
   extern __shared__ float4 dual_fast_smem[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(dual_fast_smem);
   const int64_t row_tiles = (a.rows + kFastTile - 1) / kFastTile;
