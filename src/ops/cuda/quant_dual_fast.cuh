@@ -312,9 +312,13 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
     if constexpr (F::kCRht) hadamard16_scaled(v);
   };
 
-  // Pass A: the four blocks' amax (and the 128-block's). Pass B, a loop that is not unrolled (the hot code
-  // then fits the instruction caches, and only one block is held in registers): the blocks again, encoded.
-  // Reading and transforming a block twice costs fewer cycles than the instruction fetches it saves.
+  // Pass A: the four blocks' amax (and the 128-block's). Pass B encodes them. A BF16 tile is read and
+  // transformed again in pass B, a loop that is not unrolled: the hot code then fits the instruction caches
+  // and one block is held in registers (three thread blocks per SM), which costs fewer cycles than the
+  // instruction fetches it saves. An aligned source's FP32 tile allows two thread blocks per SM anyway: its
+  // blocks stay in registers from pass A (measured faster than reading them twice; docs/BENCHMARKS.md).
+  constexpr bool kKeep = F::kAligned;
+  float kept[kKeep ? 4 : 1][16];
   float amax16[4];
   bool bad[4];
   float m = 0.0f;
@@ -325,6 +329,10 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
     load_block(k, v);
     amax16[k] = block_amax(v, bad[k], nonfinite);
     m = max_f(m, amax16[k]);
+    if constexpr (kKeep) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) kept[k][i] = v[i];
+    }
   }
 
   qk::Nvfp4Params p = a.pc;
@@ -338,10 +346,8 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
   const int64_t trow = c0 + cl;
   uint8_t* code_stage = smem + L::kCodeOff + cl * kStageStride + hh * 32;
   uint32_t scales = 0;
-#pragma unroll 1
-  for (int k = 0; k < 4; ++k) {
-    float v[16], mult, s_b, q[16];
-    load_block(k, v);
+  auto encode_col_block = [&](int k, float (&v)[16]) {
+    float mult, s_b, q[16];
     // amax16[k] and bad[k] by selects: a register array indexed in a rolled loop would go to local memory.
     const float amax_k = k == 0 ? amax16[0] : k == 1 ? amax16[1] : k == 2 ? amax16[2] : amax16[3];
     const bool bad_k = k == 0 ? bad[0] : k == 1 ? bad[1] : k == 2 ? bad[2] : bad[3];
@@ -356,6 +362,17 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
     }
     *reinterpret_cast<uint2*>(code_stage + 8 * k) = codes;
     scales |= static_cast<uint32_t>(scale) << (8 * k);
+  };
+  if constexpr (kKeep) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) encode_col_block(k, kept[k]);
+  } else {
+#pragma unroll 1
+    for (int k = 0; k < 4; ++k) {
+      float v[16];
+      load_block(k, v);
+      encode_col_block(k, v);
+    }
   }
   *reinterpret_cast<uint32_t*>(smem + L::kScaleOff + cl * 8 + hh * 4) = scales;
   if (F::kCB128 && hh == 0 && cl < nc) a.out_c.outer[(trow * a.rows + r0) / 128] = outer;
