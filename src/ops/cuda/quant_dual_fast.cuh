@@ -5,12 +5,14 @@
 // every rounding goes through the same functions.
 //
 // Layout (one 256-thread block per 128 x 128 tile of x, as the general kernel):
-//  - phase 1: thread = one 16-column block of 4 tile rows; row operand quantized and stored; the tile
-//    keeps the column operand's source as BF16 words: the input itself (original) or the E2M1 values
-//    q of the row codes (aligned, with the block multipliers beside them), the column RHT's signs
-//    already applied (sign flips are exact, and flipping here costs one XOR per two elements);
-//  - phase 2: thread = tile column cl, rows hh * 64 .. + 63 (four T-blocks, held in registers);
-//    codes and scales of T go through shared memory and leave in whole 64-byte row segments.
+//  - phase 1: thread = one 16-column block of 4 tile rows, one row per loop iteration; row operand quantized
+//    and stored; the tile keeps the column operand's source as BF16 words: the input itself (original) or
+//    the E2M1 values q of the row codes (aligned, with the block multipliers beside them), the column RHT's
+//    signs already applied (sign flips are exact, and flipping here costs one XOR per two elements);
+//  - phase 2: thread = tile column cl, rows hh * 64 .. + 63 (four T-blocks): an amax pass, then an encode
+//    pass (a BF16 tile is read again there, an aligned one's blocks stay in registers); codes and scales of
+//    T go through shared memory and leave in whole 64-byte row segments.
+// The block loops are not unrolled: unrolled, the kernel's straight-line code outgrew the instruction caches.
 #pragma once
 
 #include <cuda_runtime.h>
