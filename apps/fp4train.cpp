@@ -11,6 +11,7 @@
 #include "dist/launcher.h"
 #include "ops/ops.h"
 #include "report/report.h"
+#include "report/seeds.h"
 #include "train/commands.h"
 #include "train/engine_factory.h"
 #include "train/export_hf.h"
@@ -112,10 +113,12 @@ struct ReportArgs {
 };
 
 void add_report(CLI::App& app, ReportArgs& a) {
-  auto* cmd = app.add_subcommand("report", "compare runs: loss curves as an SVG picture and a Markdown table");
+  auto* cmd = app.add_subcommand(
+      "report", "compare runs: loss curves as an SVG picture and a Markdown table (seed by seed when several)");
   cmd->add_option("runs", a.runs, "run directories (each with metrics.jsonl)")->required()->check(CLI::ExistingDirectory);
   cmd->add_option("--svg", a.svg, "where to write the picture")->capture_default_str();
-  cmd->add_option("--baseline", a.options.baseline, "recipe the gaps are measured against")->capture_default_str();
+  cmd->add_option("--baseline", a.options.baseline, "recipe the gaps are measured against (the run of the same seed)")
+      ->capture_default_str();
   cmd->add_option("--reference", a.options.reference, "recipe whose gap the others are compared with")
       ->capture_default_str();
   cmd->add_option("--title", a.options.title, "picture title")->capture_default_str();
@@ -126,6 +129,7 @@ void report_command(ReportArgs& a) {
   for (const auto& r : a.runs) runs.push_back(fp4::summarize_run(r));
   a.options.svg_path = a.svg;
   std::fputs(fp4::write_report(runs, a.options).c_str(), stdout);
+  for (const auto& note : fp4::seed_notes(runs)) std::fprintf(stderr, "note: %s\n", note.c_str());
   std::fprintf(stderr, "loss curves written to %s (gaps to %s: %s)\n", a.svg.c_str(), a.options.baseline.c_str(),
                fp4::gap_svg_path(a.svg).string().c_str());
 }

@@ -2,14 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <sstream>
 
 #include "core/error.h"
 #include "recipe/recipe_io.h"
+#include "report/seeds.h"
 #include "report/svg_plot.h"
+#include "report/tables.h"
 #include "train/file_io.h"
 #include "train/metrics.h"
 
@@ -17,13 +18,6 @@ namespace fp4 {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-std::string fmt(double v, const char* f = "%.4f") {
-  if (!std::isfinite(v)) return "-";
-  char b[48];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
 
 std::string run_label(const std::filesystem::path& dir) {
   std::ifstream in(dir / "recipe.toml");
@@ -81,6 +75,7 @@ RunSummary summarize_run(const std::filesystem::path& dir) {
   RunSummary s;
   s.dir = dir.string();
   s.label = run_label(dir);
+  s.seed = read_run_seed(dir);
   s.val_loss = s.val_ppl = kNaN;
   std::vector<double> speeds;
   for (const auto& j : read_metrics(metrics)) {
@@ -112,57 +107,70 @@ RunSummary summarize_run(const std::filesystem::path& dir) {
 
 std::string write_report(const std::vector<RunSummary>& runs, const ReportOptions& opt) {
   FP4_CHECK(!runs.empty(), "report: no runs given");
-  std::vector<PlotSeries> series;
+  const std::vector<SeedGroup> groups = group_by_seed(runs);
+  const bool several = groups.size() > 1;
+  // A colour per recipe (in the order recipes first appear), a dash pattern per seed.
+  std::vector<std::string> recipes;
+  std::vector<int> color(runs.size()), dash(runs.size());
   for (size_t i = 0; i < runs.size(); ++i) {
-    const RunSummary& r = runs[i];
-    series.push_back(
-        {r.label + " (train, EMA)", r.train_tokens, ema(r.train_loss, opt.smoothing), false, static_cast<int>(i), false});
-    if (!r.val_losses.empty())
-      series.push_back({r.label + " (validation)", r.val_tokens, r.val_losses, true, static_cast<int>(i), false});
+    auto it = std::find(recipes.begin(), recipes.end(), runs[i].label);
+    color[i] = static_cast<int>(it - recipes.begin());
+    if (it == recipes.end()) recipes.push_back(runs[i].label);
   }
+  for (size_t k = 0; k < groups.size(); ++k)
+    for (size_t i : groups[k].runs) dash[i] = static_cast<int>(k);
+  auto name = [&](size_t i) {
+    return several ? runs[i].label + " (seed " + seed_text(runs[i].seed) + ")" : runs[i].label;
+  };
+
   PlotSpec spec;
   spec.title = opt.title;
   spec.x_label = "tokens";
   spec.y_label = "loss (nats/token)";
+  if (several) spec.legend_width = 310;  // room for the seed in each label
+  std::vector<PlotSeries> series;
+  for (const auto& g : groups)
+    for (size_t i : g.runs) {
+      const RunSummary& r = runs[i];
+      series.push_back({name(i) + " (train, EMA)", r.train_tokens, ema(r.train_loss, opt.smoothing), false, color[i],
+                        dash[i]});
+      if (!r.val_losses.empty())
+        series.push_back({name(i) + " (validation)", r.val_tokens, r.val_losses, true, color[i], dash[i]});
+    }
   write_file_atomically(opt.svg_path, render_svg(spec, series));
 
-  auto find = [&](const std::string& label) -> const RunSummary* {
-    for (const auto& r : runs)
-      if (r.label == label) return &r;
-    return nullptr;
-  };
-  const RunSummary* base = find(opt.baseline);
-  const RunSummary* ref = find(opt.reference);
-  if (base && runs.size() > 1) {
-    std::vector<PlotSeries> gaps;
-    for (size_t i = 0; i < runs.size(); ++i) {
+  // Each run's gap to the baseline of its own seed.
+  std::vector<PlotSeries> gap_series;
+  for (const auto& g : groups) {
+    const RunSummary* base = nullptr;
+    for (size_t i : g.runs)
+      if (runs[i].label == opt.baseline) base = &runs[i];
+    if (!base) continue;
+    for (size_t i : g.runs) {
       if (&runs[i] == base) continue;
-      LossGap g = loss_gap(runs[i], *base, opt.smoothing);
-      const int color = static_cast<int>(i);
-      gaps.push_back({runs[i].label + " (train, EMA)", g.train_tokens, g.train_gap, false, color, false});
-      if (!g.val_gap.empty()) gaps.push_back({runs[i].label + " (validation)", g.val_tokens, g.val_gap, true, color, false});
+      const LossGap lg = loss_gap(runs[i], *base, opt.smoothing);
+      gap_series.push_back({name(i) + " (train, EMA)", lg.train_tokens, lg.train_gap, false, color[i], dash[i]});
+      if (!lg.val_gap.empty())
+        gap_series.push_back({name(i) + " (validation)", lg.val_tokens, lg.val_gap, true, color[i], dash[i]});
     }
+  }
+  if (!gap_series.empty()) {
     PlotSpec gap_spec = spec;
-    gap_spec.title = opt.title + ": loss minus " + opt.baseline + "'s";
+    gap_spec.title = opt.title + ": loss minus " + (several ? "the same seed's " : "") + opt.baseline + "'s";
     gap_spec.y_label = "loss - " + opt.baseline + " loss (nats/token)";
-    write_file_atomically(gap_svg_path(opt.svg_path), render_svg(gap_spec, gaps));
+    write_file_atomically(gap_svg_path(opt.svg_path), render_svg(gap_spec, gap_series));
   }
-  const double ref_gap = (base && ref) ? ref->val_loss - base->val_loss : kNaN;
-  std::ostringstream t;
-  t << "| run | tokens | train loss (last 5%) | val loss | val ppl | gap to " << opt.baseline << " (val loss) | "
-    << "share of " << opt.reference << "'s gap closed | tokens/s |\n|---|---|---|---|---|---|---|---|\n";
-  for (const auto& r : runs) {
-    const double gap = base ? r.val_loss - base->val_loss : kNaN;
-    const bool comparable = base && ref && &r != base && &r != ref && std::fabs(ref_gap) > 0;
-    const double closed = comparable ? 1.0 - gap / ref_gap : kNaN;
-    const std::string gap_text = base && &r != base
-                                     ? fmt(gap, "%+.4f") + " (" + fmt(100.0 * gap / base->val_loss, "%+.2f") + "%)"
-                                     : "-";
-    t << "| " << r.label << " | " << r.tokens << " | " << fmt(r.final_train_loss) << " | " << fmt(r.val_loss)
-      << " | " << fmt(r.val_ppl, "%.3f") << " | " << gap_text << " | "
-      << (comparable ? fmt(100.0 * closed, "%.1f") + "%" : "-") << " | " << fmt(r.tokens_per_s, "%.0f") << " |\n";
+
+  const std::vector<SeedGap> gaps = seed_gaps(runs, groups, opt);
+  std::string out = run_table(runs, groups, gaps, opt);
+  if (several) out += "\n" + seed_summary_table(summarize_over_seeds(runs, groups, gaps, opt), opt);
+  const std::vector<std::string> notes = seed_notes(runs);
+  if (several && !notes.empty()) {
+    out += "\nSeed `?`:";
+    for (const auto& n : notes) out += " " + n + ".";
+    out += "\n";
   }
-  return t.str();
+  return out;
 }
 
 }  // namespace fp4

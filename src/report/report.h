@@ -1,8 +1,11 @@
 // `fp4train report RUN_DIRS...`: loss curves of several runs as one SVG picture and a comparison table
 // (validation loss and perplexity, gap to the BF16 run, fraction of the NVIDIA recipe's gap closed).
+// Runs of several seeds are compared seed by seed and summarised over seeds (report/seeds.h).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +14,7 @@ namespace fp4 {
 struct RunSummary {
   std::string dir;
   std::string label;   // the recipe name (from recipe.toml), else the directory name
+  std::optional<uint64_t> seed;  // train.seed from config.json; empty when the run records none
   int64_t last_step = 0;
   int64_t tokens = 0;
   double final_train_loss = 0;  // mean over the last 5% of logged steps
@@ -20,7 +24,8 @@ struct RunSummary {
   std::vector<double> val_tokens, val_losses;    // every evaluation
 };
 
-// Reads <dir>/metrics.jsonl (and recipe.toml for the label). Throws fp4::Error naming the file.
+// Reads <dir>/metrics.jsonl (recipe.toml for the label, config.json for the seed). Throws fp4::Error
+// naming the file.
 RunSummary summarize_run(const std::filesystem::path& dir);
 
 struct ReportOptions {
@@ -42,8 +47,12 @@ LossGap loss_gap(const RunSummary& run, const RunSummary& baseline, double smoot
 // Where the gap picture goes: the curves' path with "-gap" before the extension.
 std::filesystem::path gap_svg_path(const std::filesystem::path& svg_path);
 
-// Writes the SVG of the curves and, when the baseline run is among the runs and another run is
-// too, the SVG of every other run's gap to it (gap_svg_path); returns the table (Markdown).
+// Writes the SVG of the curves and, when a baseline run and another run of its seed are among the
+// runs, the SVG of every run's gap to its own seed's baseline (gap_svg_path); returns the table
+// (Markdown). Runs are grouped by seed; gaps and shares are taken within a seed, never across. With
+// one seed (or none recorded) the table has one row per run; with several, the per-run table gets a
+// seed column and is followed by a per-recipe summary over seeds. Two runs of one recipe and one
+// seed are an error naming both directories.
 std::string write_report(const std::vector<RunSummary>& runs, const ReportOptions& opt);
 
 }  // namespace fp4

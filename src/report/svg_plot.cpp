@@ -10,6 +10,13 @@ namespace {
 
 const char* const kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
                                 "#7f7f7f"};
+const char* const kDashes[] = {"6,3", "2,2", "9,3,2,3", "1,4"};
+
+// The stroke-dasharray attribute of a dash index ("" for a solid line).
+std::string dash_attr(int dash) {
+  if (dash <= 0) return "";
+  return std::string(" stroke-dasharray='") + kDashes[(dash - 1) % 4] + "'";
+}
 
 std::string esc(const std::string& s) {
   std::string o;
@@ -68,7 +75,7 @@ std::string render_svg(const PlotSpec& spec, const std::vector<PlotSeries>& seri
     const double pad = 0.05 * (y1 - y0 + 1e-12);
     y0 -= pad, y1 += pad;
   }
-  const double L = 70, R = 250, T = 40, B = 50;
+  const double L = 70, R = spec.legend_width, T = 40, B = 50;
   const double W = spec.width - L - R, H = spec.height - T - B;
   auto fx = [&](double x) {
     const double t = spec.log_x ? (std::log(std::max(x, x0)) - std::log(x0)) / (std::log(x1) - std::log(x0) + 1e-300)
@@ -105,7 +112,7 @@ std::string render_svg(const PlotSpec& spec, const std::vector<PlotSeries>& seri
       o << "\n";
     } else {
       o << "<polyline fill='none' stroke='" << color << "' stroke-width='1.5'"
-        << (s.dashed ? " stroke-dasharray='5,3'" : "") << " points='";
+        << dash_attr(s.dash) << " points='";
       for (size_t i = 0; i < s.x.size(); ++i)
         if (std::isfinite(s.y[i])) o << fx(s.x[i]) << "," << fy(s.y[i]) << " ";
       o << "'/>\n";
@@ -115,7 +122,7 @@ std::string render_svg(const PlotSpec& spec, const std::vector<PlotSeries>& seri
                           "' r='3.5' fill='" + color + "'/>"
                     : "<line x1='" + std::to_string(L + W + 12) + "' x2='" + std::to_string(L + W + 32) +
                           "' y1='" + std::to_string(ly - 4) + "' y2='" + std::to_string(ly - 4) + "' stroke='" +
-                          color + "' stroke-width='2'" + (s.dashed ? " stroke-dasharray='5,3'" : "") + "/>")
+                          color + "' stroke-width='2'" + dash_attr(s.dash) + "/>")
       << "<text x='" << L + W + 38 << "' y='" << ly << "'>" << esc(s.label) << "</text>\n";
   }
   o << "</svg>\n";

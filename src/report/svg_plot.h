@@ -11,7 +11,7 @@ struct PlotSeries {
   std::vector<double> x, y;
   bool markers = false;  // points with circles (e.g. validation), else a polyline
   int color = 0;         // index into the palette; series of one run share a color
-  bool dashed = false;
+  int dash = 0;          // 0: solid; k > 0: the k-th of a few dash patterns (e.g. one per seed)
 };
 
 struct PlotSpec {
@@ -19,6 +19,7 @@ struct PlotSpec {
   bool log_x = false;
   double y_min = 0, y_max = 0;  // both 0: fit the data (robustly, ignoring the first 5% of x)
   int width = 960, height = 560;
+  int legend_width = 250;  // right margin holding the legend (longer labels need more)
 };
 
 // Returns the SVG document.
