@@ -15,6 +15,8 @@ FAMILIES = [
     ("GEMM (cuBLASLt)", r"gemm|sm90_xmma|cutlass|nvjet|Kernel2|splitkreduce"),
     ("attention forward", r"attention_fwd|attn_fwd|flash_fwd"),
     ("attention backward", r"attention_bwd|attn_bwd|flash_bwd|dq_|attention_dq"),
+    # the general dual kernel's amax-only form (kAmaxOnly = true): the column amax pre-pass of tensor scales
+    ("NVFP4 amax pre-pass (general dual kernel)", r"quantize_dual_kernel<.*(true|\(bool\)1)\s*>"),
     ("NVFP4 quantize (dual, fused X/X^T)", r"quantize_dual"),
     ("NVFP4 dequantize", r"dequant"),  # before the row quantizers: "dequantize_nvfp4" holds "quantize_nvfp4"
     ("NVFP4 quantize (rows)", r"quantize_nvfp4|quantize_rows|quantize_tiles"),

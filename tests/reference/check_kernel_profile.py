@@ -23,6 +23,10 @@ EXPECTED = {
     "void fp4::<unnamed>::quantize_rows_kernel<1, 0, 1>(fp4::qk::RowArgs)": "NVFP4 quantize (rows)",
     "void fp4::<unnamed>::quantize_tiles_kernel<0, 0, 0>(fp4::qk::TileArgs)": "NVFP4 quantize (rows)",
     "void fp4::<unnamed>::amax_kernel<1>(const void *, long, float *)": "NVFP4 amax pre-pass",
+    "void fp4::<unnamed>::quantize_dual_kernel<(fp4::QuantIoType)1, (fp4::<unnamed>::TileKind)1, true>"
+    "(fp4::dual::DualArgs)": "NVFP4 amax pre-pass (general dual kernel)",
+    "void fp4::<unnamed>::quantize_dual_kernel<(fp4::QuantIoType)1, (fp4::<unnamed>::TileKind)2, false>"
+    "(fp4::dual::DualArgs)": "NVFP4 quantize (dual, fused X/X^T)",
     "void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, 0, float, float, float, 1, 0, "
     "0, 0>(cublasLt::cublasSplitKParams<T6>, const T4 *)": "GEMM (cuBLASLt)",
     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_"
