@@ -132,8 +132,8 @@ std::string write_report(const std::vector<RunSummary>& runs, const ReportOption
   for (const auto& g : groups)
     for (size_t i : g.runs) {
       const RunSummary& r = runs[i];
-      series.push_back({name(i) + " (train, EMA)", r.train_tokens, ema(r.train_loss, opt.smoothing), false, color[i],
-                        dash[i]});
+      series.push_back(
+          {name(i) + " (train, EMA)", r.train_tokens, ema(r.train_loss, opt.smoothing), false, color[i], dash[i]});
       if (!r.val_losses.empty())
         series.push_back({name(i) + " (validation)", r.val_tokens, r.val_losses, true, color[i], dash[i]});
     }
@@ -149,7 +149,8 @@ std::string write_report(const std::vector<RunSummary>& runs, const ReportOption
     for (size_t i : g.runs) {
       if (&runs[i] == base) continue;
       const LossGap lg = loss_gap(runs[i], *base, opt.smoothing);
-      gap_series.push_back({name(i) + " (train, EMA)", lg.train_tokens, lg.train_gap, false, color[i], dash[i]});
+      gap_series.push_back(
+          {name(i) + " (train, EMA)", lg.train_tokens, lg.train_gap, false, color[i], dash[i]});
       if (!lg.val_gap.empty())
         gap_series.push_back({name(i) + " (validation)", lg.val_tokens, lg.val_gap, true, color[i], dash[i]});
     }

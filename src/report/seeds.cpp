@@ -50,24 +50,27 @@ std::optional<uint64_t> read_run_seed(const std::filesystem::path& dir) {
   if (!j.is_object() || !j.contains("train") || !j["train"].is_object() || !j["train"].contains("seed"))
     return std::nullopt;
   const auto& s = j["train"]["seed"];
-  FP4_CHECK(s.is_number_unsigned(), "report: ", path.string(), ": train.seed must be a non-negative integer, got ",
-            s.dump());
+  FP4_CHECK(s.is_number_unsigned(), "report: ", path.string(),
+            ": train.seed must be a non-negative integer, got ", s.dump());
   return s.get<uint64_t>();
 }
 
-std::string seed_text(const std::optional<uint64_t>& seed) { return seed ? std::to_string(*seed) : "?"; }
+std::string seed_text(const std::optional<uint64_t>& seed) {
+  return seed ? std::to_string(*seed) : "?";
+}
 
 std::vector<SeedGroup> group_by_seed(const std::vector<RunSummary>& runs) {
   std::vector<SeedGroup> groups;
   for (size_t i = 0; i < runs.size(); ++i) {
-    auto g = std::find_if(groups.begin(), groups.end(), [&](const SeedGroup& x) { return x.seed == runs[i].seed; });
+    auto g = std::find_if(groups.begin(), groups.end(),
+                          [&](const SeedGroup& x) { return x.seed == runs[i].seed; });
     if (g == groups.end()) {
       groups.push_back({runs[i].seed, {}});
       g = groups.end() - 1;
     }
     for (size_t k : g->runs)
-      FP4_CHECK(runs[k].label != runs[i].label, "report: ", runs[k].dir, " and ", runs[i].dir, " are both recipe '",
-                runs[i].label, "' with ",
+      FP4_CHECK(runs[k].label != runs[i].label, "report: ", runs[k].dir, " and ", runs[i].dir,
+                " are both recipe '", runs[i].label, "' with ",
                 runs[i].seed ? "seed " + std::to_string(*runs[i].seed) : std::string("no seed recorded"),
                 ": give one run per recipe and seed");
     g->runs.push_back(i);
@@ -100,7 +103,8 @@ std::vector<SeedGap> seed_gaps(const std::vector<RunSummary>& runs, const std::v
 
 std::vector<RecipeOverSeeds> summarize_over_seeds(const std::vector<RunSummary>& runs,
                                                   const std::vector<SeedGroup>& groups,
-                                                  const std::vector<SeedGap>& gaps, const ReportOptions& opt) {
+                                                  const std::vector<SeedGap>& gaps,
+                                                  const ReportOptions& opt) {
   std::vector<RecipeOverSeeds> out;
   for (const auto& r : runs)
     if (std::none_of(out.begin(), out.end(), [&](const RecipeOverSeeds& x) { return x.label == r.label; }))
@@ -140,8 +144,9 @@ std::vector<std::string> seed_notes(const std::vector<RunSummary>& runs) {
   std::vector<std::string> notes;
   for (const auto& r : runs)
     if (!r.seed)
-      notes.push_back(r.dir + " records no train.seed (no config.json, or an older one without it): it is compared "
-                              "only with the other runs without a seed (seed ?), never with a seeded run");
+      notes.push_back(r.dir +
+                      " records no train.seed (no config.json, or an older one without it): it is compared "
+                      "only with the other runs without a seed (seed ?), never with a seeded run");
   return notes;
 }
 

@@ -33,10 +33,10 @@ std::vector<SeedGroup> group_by_seed(const std::vector<RunSummary>& runs);
 
 // A run's final validation loss against the runs of its own seed; NaN where the comparison does not exist.
 struct SeedGap {
-  double gap = 0;          // val loss minus the same seed's baseline's (NaN: no baseline, or the baseline itself)
-  double relative = 0;     // gap / the baseline's val loss
+  double gap = 0;  // val loss minus the same seed's baseline's (NaN: no baseline, or the baseline itself)
+  double relative = 0;       // gap / the baseline's val loss
   double reference_gap = 0;  // the same seed's reference run's gap (NaN when either run is missing)
-  double closed = 0;       // 1 - gap / reference_gap; NaN for the baseline and the reference themselves
+  double closed = 0;         // 1 - gap / reference_gap; NaN for the baseline and the reference themselves
 };
 std::vector<SeedGap> seed_gaps(const std::vector<RunSummary>& runs, const std::vector<SeedGroup>& groups,
                                const ReportOptions& opt);
@@ -45,8 +45,8 @@ std::vector<SeedGap> seed_gaps(const std::vector<RunSummary>& runs, const std::v
 struct RecipeOverSeeds {
   std::string label;
   std::vector<std::optional<uint64_t>> seeds;  // the seeds it ran with, ascending
-  double mean_val_loss = 0;  // over its runs that evaluated (NaN: none did)
-  int gap_seeds = 0;         // seeds with a baseline run, over which the gap statistics are taken
+  double mean_val_loss = 0;                    // over its runs that evaluated (NaN: none did)
+  int gap_seeds = 0;  // seeds with a baseline run, over which the gap statistics are taken
   double mean_gap = 0, min_gap = 0, max_gap = 0;
   // 1 - mean gap / mean reference gap, both over the seeds where this recipe, the reference and the
   // baseline all ran (share_seeds of them): the share of the mean gaps, not the mean of the shares.

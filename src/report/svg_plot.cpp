@@ -18,6 +18,12 @@ std::string dash_attr(int dash) {
   return std::string(" stroke-dasharray='") + kDashes[(dash - 1) % 4] + "'";
 }
 
+// A marker's paint: filled for dash 0, a ring otherwise (so the points of two seeds differ too).
+std::string marker_paint(int dash, const char* color) {
+  if (dash <= 0) return std::string("fill='") + color + "'";
+  return std::string("fill='white' stroke='") + color + "' stroke-width='1.5'";
+}
+
 std::string esc(const std::string& s) {
   std::string o;
   for (char c : s) {
@@ -108,7 +114,8 @@ std::string render_svg(const PlotSpec& spec, const std::vector<PlotSeries>& seri
     if (s.markers) {
       for (size_t i = 0; i < s.x.size(); ++i)
         if (std::isfinite(s.y[i]))
-          o << "<circle cx='" << fx(s.x[i]) << "' cy='" << fy(s.y[i]) << "' r='3.5' fill='" << color << "'/>";
+          o << "<circle cx='" << fx(s.x[i]) << "' cy='" << fy(s.y[i]) << "' r='3.5' "
+            << marker_paint(s.dash, color) << "/>";
       o << "\n";
     } else {
       o << "<polyline fill='none' stroke='" << color << "' stroke-width='1.5'"
@@ -119,7 +126,7 @@ std::string render_svg(const PlotSpec& spec, const std::vector<PlotSeries>& seri
     }
     const double ly = T + 14 + 18 * legend++;
     o << (s.markers ? "<circle cx='" + std::to_string(L + W + 22) + "' cy='" + std::to_string(ly - 4) +
-                          "' r='3.5' fill='" + color + "'/>"
+                          "' r='3.5' " + marker_paint(s.dash, color) + "/>"
                     : "<line x1='" + std::to_string(L + W + 12) + "' x2='" + std::to_string(L + W + 32) +
                           "' y1='" + std::to_string(ly - 4) + "' y2='" + std::to_string(ly - 4) + "' stroke='" +
                           color + "' stroke-width='2'" + dash_attr(s.dash) + "/>")

@@ -11,7 +11,8 @@ struct PlotSeries {
   std::vector<double> x, y;
   bool markers = false;  // points with circles (e.g. validation), else a polyline
   int color = 0;         // index into the palette; series of one run share a color
-  int dash = 0;          // 0: solid; k > 0: the k-th of a few dash patterns (e.g. one per seed)
+  // 0: solid line, filled markers; k > 0: the k-th dash pattern and hollow markers (e.g. one per seed)
+  int dash = 0;
 };
 
 struct PlotSpec {

@@ -495,6 +495,17 @@ TEST(SvgPlot, DashIndexGivesDistinctPatternsAndZeroIsSolid) {
     EXPECT_FALSE(lines[a].dash.empty());
     for (int b = a + 1; b < 4; ++b) EXPECT_NE(lines[a].dash, lines[b].dash);
   }
+  // Validation points: filled for dash 0, rings otherwise (the plot's and the legend's).
+  const std::string points = render_svg(
+      PlotSpec{}, {{"a", {0, 1}, {1, 2}, true, 3, 0}, {"b", {0, 1}, {2, 1}, true, 3, 2}});
+  size_t filled = 0, rings = 0;
+  for (size_t p = points.find("<circle"); p != std::string::npos; p = points.find("<circle", p + 1)) {
+    const std::string tag = points.substr(p, points.find("/>", p) - p);
+    if (tag.find("fill='white'") != std::string::npos) ++rings;
+    else if (tag.find("stroke=") == std::string::npos) ++filled;
+  }
+  EXPECT_EQ(filled, 3u);
+  EXPECT_EQ(rings, 3u);
 }
 
 }  // namespace
