@@ -115,7 +115,10 @@ struct ReportArgs {
 void add_report(CLI::App& app, ReportArgs& a) {
   auto* cmd = app.add_subcommand(
       "report", "compare runs: loss curves as an SVG picture and a Markdown table (seed by seed when several)");
-  cmd->add_option("runs", a.runs, "run directories (each with metrics.jsonl)")->required()->check(CLI::ExistingDirectory);
+  cmd->add_option("runs", a.runs,
+                  "run directories (each with metrics.jsonl; recipe.toml names the recipe, config.json the seed)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("--svg", a.svg, "where to write the picture")->capture_default_str();
   cmd->add_option("--baseline", a.options.baseline, "recipe the gaps are measured against (the run of the same seed)")
       ->capture_default_str();
