@@ -195,6 +195,9 @@ void run_size(int64_t mib, QuantIoType dtype, int runs, cudaStream_t stream) {
     DeviceBuffer<float> amax2(2);
     const DualOperand rn{tensor_sr, rnd, q_tensor.view(), amax2.data(), nullptr};
     const DualOperand cn{tensor_sr_rht, rnd, q_cols_tensor.view(), amax2.data() + 1, nullptr};
+    // NVIDIA's tensor-scale pre-pass: amax of dY's rows and of its RHT16-transformed columns.
+    time("amax pre-pass dY tensor + ^T rht16 (both)", in_bytes,
+         [&](int i) { amax_dual_cuda(input(i), rn, cn, amax2.data(), amax2.data() + 1, stream); });
     amax_dual_cuda(input(0), rn, cn, amax2.data(), amax2.data() + 1, stream);
     time("dual dY tensor sr + ^T rht16 (+ bf16 both)", in_bytes + 2 * nvfp4_tensor_out + 4.0 * n,
          [&](int i) { quantize_dual_cuda(input(i), rn, cn, rows_bf16, cols_bf16, stream); });
