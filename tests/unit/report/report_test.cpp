@@ -139,6 +139,13 @@ using fp4::testing::TempDir;
 
 // A run directory as the trainer leaves it: metrics.jsonl, recipe.toml and config.json. `config` is
 // the config.json text; empty: no config.json (a run from before the trainer wrote one).
+// "s<seed>", built by appending (GCC 12 warns falsely on "literal" + std::string&&).
+std::string seed_name(int seed) {
+  std::string n = "s";
+  n += std::to_string(seed);
+  return n;
+}
+
 fs::path make_run_dir(const fs::path& root, const std::string& name, const std::string& recipe, double final_val,
                       const std::string& config, std::mt19937& rng) {
   const fs::path dir = root / name;
@@ -237,7 +244,7 @@ TEST(ReportSeeds, TwoSeedsGapsAreTakenAgainstTheBaselineOfTheSameSeed) {
   std::shuffle(order.begin(), order.end(), rng);
   std::vector<RunSummary> runs;
   for (auto [s, k] : order)
-    runs.push_back(summarize_run(make_run_dir(tmp.path(), "s" + std::to_string(s) + "-" + kRecipes[k], kRecipes[k],
+    runs.push_back(summarize_run(make_run_dir(tmp.path(), seed_name(s) + "-" + kRecipes[k], kRecipes[k],
                                               val[s][k], config_with_seed(s, kRecipes[k]), rng)));
   for (size_t i = 0; i < runs.size(); ++i) {
     ASSERT_TRUE(runs[i].seed.has_value());
@@ -487,7 +494,7 @@ TEST(ReportSeeds, OneSeedGivesTheSingleSeedTableByteForByte) {
 
 TEST(SvgPlot, DashIndexGivesDistinctPatternsAndZeroIsSolid) {
   std::vector<PlotSeries> series;
-  for (int d = 0; d < 4; ++d) series.push_back({"s" + std::to_string(d), {0, 1, 2}, {1.0, 0.5, 0.2 * d}, false, 0, d});
+  for (int d = 0; d < 4; ++d) series.push_back({seed_name(d), {0, 1, 2}, {1.0, 0.5, 0.2 * d}, false, 0, d});
   const auto lines = polylines(render_svg(PlotSpec{}, series));
   ASSERT_EQ(lines.size(), 4u);
   EXPECT_TRUE(lines[0].dash.empty());

@@ -216,7 +216,7 @@ TEST(CheckpointV2, ManifestFaultsAreNamed) {
     edited(edit);
     return error_of([&] { load_checkpoint(dir); });
   };
-  for (const nlohmann::json v : {nlohmann::json(3), nlohmann::json(0), nlohmann::json("2")})
+  for (const nlohmann::json& v : {nlohmann::json(3), nlohmann::json(0), nlohmann::json("2")})
     EXPECT_THAT(with([&](auto& m) { m["version"] = v; }),
                 HasSubstr("unsupported version " + v.dump() + " (this build reads versions 1 and 2)"));
   EXPECT_THAT(with([](auto& m) { m.erase("state_from_model"); }),
