@@ -100,8 +100,27 @@ TEST(NewtonSchulz, Fp32MatchesFp64ReferenceInBothOrientations) {
   }
 }
 
+// How many singular values exact NS (FP64, the same coefficients and steps, applied to the spectrum) leaves
+// outside (lo, hi): a square matrix's smallest singular values are too small for five steps to lift.
+int64_t exact_outside(const std::vector<float>& x, int64_t r, int64_t c, NsCoefficients k, double lo, double hi) {
+  double fro = 0;
+  for (float v : x) fro += static_cast<double>(v) * v;
+  int64_t n = 0;
+  for (double s : singular_values(x.data(), r, c)) {
+    double y = s / (std::sqrt(fro) + 1e-7);  // the normalization of ns_reference
+    for (int i = 0; i < kNsDefaultSteps; ++i) {
+      const double y2 = y * y;
+      y = y * (k.a + y2 * (k.b + k.c * y2));
+    }
+    n += (y > lo && y < hi) ? 0 : 1;
+  }
+  return n;
+}
+
 // Singular values of NS(X): with Muon's quintic they land in a band around 1 (not exactly 1: the
-// iteration trades accuracy for speed); with Q-Root's stable coefficients in NVFP4, a wider band.
+// iteration trades accuracy for speed); with Q-Root's stable coefficients in NVFP4, a wider band. The NVFP4
+// band's top, over 600 random matrices of these shapes: median 1.25, 99th percentile 1.30, largest 1.316
+// (a bound of 1.3 failed 3% of runs); 1.45 stays clear of that tail and still catches a diverging iteration.
 TEST(NewtonSchulz, SingularValuesOfOutputAreNearOne) {
   const uint64_t seed = fresh_seed();
   for (auto [r, c] : {std::pair<int64_t, int64_t>{64, 64}, {48, 112}, {112, 48}, {40, 72}}) {
@@ -109,18 +128,21 @@ TEST(NewtonSchulz, SingularValuesOfOutputAreNearOne) {
     for (NsPrecision p : {NsPrecision::kFp32, NsPrecision::kNvfp4}) {
       const bool q = p == NsPrecision::kNvfp4;
       NsOptions o = q ? nvfp4_with(kQRootNsCoefficients) : fp32_with(kMuonNsCoefficients);
-      const double lo = q ? 0.15 : 0.6, hi = q ? 1.3 : 1.25;
+      const double lo = q ? 0.15 : 0.6, hi = q ? 1.45 : 1.25;
       const std::vector<float> y = newton_schulz(s.inputs[0], r, c, o);
       const std::vector<double> sv = singular_values(y.data(), r, c);
       const int64_t n = static_cast<int64_t>(sv.size());
       int64_t inside = 0;
       for (double v : sv) inside += (v > lo && v < hi) ? 1 : 0;
-      std::printf("  %s %ldx%ld: singular values of NS(X) in [%.4f, %.4f], %ld of %ld in (%.2f, %.2f)\n",
+      const int64_t unliftable = exact_outside(s.inputs[0], r, c, o.coef, lo, hi);
+      std::printf("  %s %ldx%ld: singular values of NS(X) in [%.4f, %.4f], %ld of %ld in (%.2f, %.2f), exact NS "
+                  "leaves %ld outside\n",
                   q ? "nvfp4" : "fp32 ", static_cast<long>(r), static_cast<long>(c), sv.back(), sv.front(),
-                  static_cast<long>(inside), static_cast<long>(n), lo, hi);
+                  static_cast<long>(inside), static_cast<long>(n), lo, hi, static_cast<long>(unliftable));
       EXPECT_LT(sv.front(), hi) << r << "x" << c;
-      // A square normal matrix may have a few tiny singular values that 5 steps cannot lift.
-      EXPECT_GE(inside, r == c ? n - 3 : n) << r << "x" << c;
+      // Outside the band: what exact NS leaves there, plus a value at the edge that rounding moves across
+      // (FP32) or two that NVFP4's noise pushes down (200 random runs: at most one beyond exact NS, on 64x64).
+      EXPECT_GE(inside, n - unliftable - (q ? 2 : 1)) << r << "x" << c;
     }
   }
 }
