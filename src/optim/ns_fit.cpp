@@ -193,21 +193,28 @@ double ns_polar_error(const NsSampleSet& samples, const NsOptions& opt) {
   return sum / static_cast<double>(samples.inputs.size());
 }
 
-double ns_scalar_error(const NsCoefficients& coef, int steps, const std::vector<double>& sigma) {
-  FP4_CHECK(!sigma.empty(), "ns_scalar_error: no singular values");
+std::vector<double> ns_scalar_map(const NsCoefficients& coef, int steps, const std::vector<double>& sigma) {
+  FP4_CHECK(!sigma.empty(), "ns_scalar_map: no singular values");
   double fro = 0.0;
   for (double s : sigma) fro += s * s;
   fro = std::sqrt(fro);
-  FP4_CHECK(fro > 0.0 && std::isfinite(fro), "ns_scalar_error: singular values must be finite and not all 0");
-  double err = 0.0;
+  FP4_CHECK(fro > 0.0 && std::isfinite(fro), "ns_scalar_map: singular values must be finite and not all 0");
+  std::vector<double> out;
+  out.reserve(sigma.size());
   for (double s0 : sigma) {
     double s = s0 / fro;
     for (int k = 0; k < steps; ++k) {
       const double s2 = s * s;
       s = s * (coef.a + s2 * (coef.b + coef.c * s2));
     }
-    err += (s - 1.0) * (s - 1.0);
+    out.push_back(s);
   }
+  return out;
+}
+
+double ns_scalar_error(const NsCoefficients& coef, int steps, const std::vector<double>& sigma) {
+  double err = 0.0;
+  for (double s : ns_scalar_map(coef, steps, sigma)) err += (s - 1.0) * (s - 1.0);
   return std::sqrt(err / static_cast<double>(sigma.size()));
 }
 

@@ -34,6 +34,10 @@ std::vector<double> singular_values(const float* x, int64_t rows, int64_t cols);
 // Mean over the samples of the relative NS error with the given options (FP32 or NVFP4).
 double ns_polar_error(const NsSampleSet& samples, const NsOptions& opt);
 
+// Exact-arithmetic NS on a spectrum: the singular values of NS(X) given those of X (any scale: normalized
+// here by the Frobenius norm, as NS normalizes X), in the input's order.
+std::vector<double> ns_scalar_map(const NsCoefficients& coef, int steps, const std::vector<double>& sigma);
+
 // The same error in exact arithmetic from singular values alone (any scale: normalized here).
 double ns_scalar_error(const NsCoefficients& coef, int steps, const std::vector<double>& sigma);
 

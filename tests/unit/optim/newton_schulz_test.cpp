@@ -103,17 +103,9 @@ TEST(NewtonSchulz, Fp32MatchesFp64ReferenceInBothOrientations) {
 // How many singular values exact NS (FP64, the same coefficients and steps, applied to the spectrum) leaves
 // outside (lo, hi): a square matrix's smallest singular values are too small for five steps to lift.
 int64_t exact_outside(const std::vector<float>& x, int64_t r, int64_t c, NsCoefficients k, double lo, double hi) {
-  double fro = 0;
-  for (float v : x) fro += static_cast<double>(v) * v;
   int64_t n = 0;
-  for (double s : singular_values(x.data(), r, c)) {
-    double y = s / (std::sqrt(fro) + 1e-7);  // the normalization of ns_reference
-    for (int i = 0; i < kNsDefaultSteps; ++i) {
-      const double y2 = y * y;
-      y = y * (k.a + y2 * (k.b + k.c * y2));
-    }
+  for (double y : ns_scalar_map(k, kNsDefaultSteps, singular_values(x.data(), r, c)))
     n += (y > lo && y < hi) ? 0 : 1;
-  }
   return n;
 }
 
