@@ -107,26 +107,33 @@ __global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(QuantArgs a)
   __shared__ float e_table[kBlock128 ? 1 : 256];
   const int64_t nblocks = a.rows * a.cols / 16;
   const int64_t b0 = static_cast<int64_t>(blockIdx.x) * (kItems * kThreads) + threadIdx.x;
-  Raw16<T> raw[kItems];
-#pragma unroll
-  for (int s = 0; s < kItems; ++s) {
+  // Modes with SR, an RHT, Four Over Six or block128 scales run the item loop rolled: unrolled, every warp
+  // streamed 6,000-17,000 distinct instructions once through the instruction caches (the dual quantizer's
+  // ncu profile, docs/BENCHMARKS.md sixth session). Rolled, two items' loads are in flight (the one being
+  // quantized and the next), one with Four Over Six (its candidate encodings need the registers): within
+  // three thread blocks per SM without spills.
+  constexpr bool kRolled = kBlock128 || kSr || kRht != 0 || kFos;
+  constexpr int kAhead = !kRolled ? kItems : kFos ? 1 : 2;
+  auto load_item = [&](int s, Raw16<T>& raw) {
     if (b0 + s * kThreads < nblocks)
-      qk::load_raw16<T>(a.x, 16 * (b0 + s * kThreads), raw[s]);
+      qk::load_raw16<T>(a.x, 16 * (b0 + s * kThreads), raw);
     else
-      qk::zero_raw16<T>(raw[s]);
-  }
+      qk::zero_raw16<T>(raw);
+  };
+  Raw16<T> raw[kAhead];
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) load_item(s, raw[s]);
   qk::Nvfp4Params p = a.p;
   TensorCtx t;
   if constexpr (!kBlock128) t = tensor_ctx(p, a.amax, e_table);
 
   unsigned nonfinite = 0;
-#pragma unroll
-  for (int s = 0; s < kItems; ++s) {
+  auto quantize_item = [&](const Raw16<T>& raw, int s) {
     const int64_t b = b0 + s * kThreads, i0 = 16 * b;
     float v[16];
     uint2 signs;
     bool bad = false;
-    const float amax16 = prepare16<T, kRht>(a, raw[s], i0, v, signs, bad);
+    const float amax16 = prepare16<T, kRht>(a, raw, i0, v, signs, bad);
     if (bad) nonfinite += qk::count_nonfinite16(v);
     uint8_t scale;
     float outer;
@@ -157,6 +164,21 @@ __global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(QuantArgs a)
                                             static_cast<uint64_t>(i0));
     }
     if (b < nblocks) store_block(a, b, kBlock128, codes, scale, outer);
+  };
+  if constexpr (kRolled) {
+#pragma unroll 1
+    for (int s = 0; s < kItems; ++s) {
+      quantize_item(raw[0], s);
+      if constexpr (kAhead == 2) {
+        raw[0] = raw[1];
+        if (s + 2 < kItems) load_item(s + 2, raw[1]);
+      } else if (s + 1 < kItems) {
+        load_item(s + 1, raw[0]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < kItems; ++s) quantize_item(raw[s], s);
   }
   if (!kBlock128 && blockIdx.x == 0 && threadIdx.x == 0) a.out.outer[0] = p.ts.s_dec;
   if (a.nonfinite != nullptr) qk::warp_count_add(nonfinite, a.nonfinite);
