@@ -3,6 +3,7 @@
 // general kernel of every other mode (quant_dual_general.cuh).
 #include "ops/cuda/quant_common.cuh"
 #include "ops/cuda/quant_dual_args.cuh"
+#include "ops/cuda/quant_dual_amax.cuh"
 #include "ops/cuda/quant_dual_fast.cuh"
 #include "ops/cuda/quant_dual_general.h"
 #include "ops/cuda/quant_launch.cuh"
@@ -156,6 +157,33 @@ void amax_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOpe
   check_dual_specs(x, rows, cols, kWhat);
   const bool rows_tensor = rows.spec.outer == OuterScale::kTensor;
   const bool cols_tensor = cols.spec.outer == OuterScale::kTensor;
+  // NVIDIA's pairs (an original BF16 source, tensor-scaled columns with RHT16 or none, rows without RHT):
+  // both maxima in one pass of the specialized kernel.
+  const bool fast = x.dtype == QuantIoType::kBF16 && cols_tensor && cols.spec.source == QuantSource::kOriginal &&
+                    (cols.spec.rht_n == 0 || cols.spec.rht_n == 16) && (!rows_tensor || rows.spec.rht_n == 0);
+  if (fast) {
+    qk::check_aligned(amax_cols_device, 4, kWhat, "column operand amax output");
+    if (rows_tensor) qk::check_aligned(amax_rows_device, 4, kWhat, "row operand amax output");
+    const int64_t tiles = qk::ceil_div(x.rows, kTile) * qk::ceil_div(x.cols, kTile);
+    FP4_CHECK(tiles < (int64_t{1} << 31), kWhat, ": tensor [", x.rows, " x ", x.cols, "] is too large for one launch");
+    DualArgs a = make_dual_args(x, rows, cols);
+    a.amax_c_out = amax_cols_device;
+    float* amax_rows = rows_tensor ? amax_rows_device : nullptr;
+    FP4_CUDA_CHECK(cudaMemsetAsync(amax_cols_device, 0, sizeof(float), stream));
+    if (amax_rows != nullptr) FP4_CUDA_CHECK(cudaMemsetAsync(amax_rows, 0, sizeof(float), stream));
+    const unsigned grid = static_cast<unsigned>(tiles);
+    if (cols.spec.rht_n == 16) {
+      FP4_CUDA_CHECK(cudaFuncSetAttribute(dual::amax_dual_fast_kernel<true>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, dual::kAmaxTileBytes));
+      dual::amax_dual_fast_kernel<true><<<grid, dual::kFastThreads, dual::kAmaxTileBytes, stream>>>(a, amax_rows);
+    } else {
+      FP4_CUDA_CHECK(cudaFuncSetAttribute(dual::amax_dual_fast_kernel<false>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, dual::kAmaxTileBytes));
+      dual::amax_dual_fast_kernel<false><<<grid, dual::kFastThreads, dual::kAmaxTileBytes, stream>>>(a, amax_rows);
+    }
+    FP4_CUDA_CHECK_LAUNCH("amax_dual_fast_kernel");
+    return;
+  }
   if (rows_tensor) amax_nvfp4_cuda(x, rows.spec, rows.rnd, amax_rows_device, stream);
   if (!cols_tensor) return;
   qk::check_aligned(amax_cols_device, 4, kWhat, "column operand amax output");
