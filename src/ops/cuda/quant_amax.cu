@@ -52,15 +52,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       m = max(m, __float_as_uint(
                      block_amax<T, kRht>(raw[s], rht_n, signs, chunk * (32 * kUnroll) + 32 * s + lane)));
   }
-  m = qk::warp_max_bits(m);
-  if (lane == 0) warp_max[threadIdx.x >> 5] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t block_max = 0;
-#pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) block_max = max(block_max, warp_max[w]);
-    atomicMax(reinterpret_cast<unsigned int*>(amax), block_max);  // non-negative floats order as their bits
-  }
+  qk::block_max_to<kThreads>(m, warp_max, amax);
 }
 
 template <QuantIoType T>

@@ -179,6 +179,22 @@ __device__ __forceinline__ uint32_t warp_max_bits(uint32_t bits) {
   return __reduce_max_sync(kFullMask, bits);
 }
 
+// The block's maximum of non-negative float bits (every thread passes its own) into *out by one atomicMax
+// (non-negative floats order as their bits; *out is zeroed by the caller). scratch holds a word per warp.
+// Contains a barrier: every thread of the block must call it.
+template <int kBlockThreads>
+__device__ __forceinline__ void block_max_to(uint32_t bits, uint32_t* scratch, float* out) {
+  const uint32_t wm = warp_max_bits(bits);
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = wm;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t m = 0;
+#pragma unroll
+    for (int i = 0; i < kBlockThreads / 32; ++i) m = max(m, scratch[i]);
+    atomicMax(reinterpret_cast<unsigned int*>(out), m);
+  }
+}
+
 // ------------------------------------------------------------------ fast block codec
 // The bits of nvfp4_block.h's scale and element functions in fewer instructions (the quantizers were
 // bound by instruction issue, not by memory). Each function states why it equals the reference; the

@@ -164,14 +164,12 @@ void amax_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOpe
   if (fast) {
     qk::check_aligned(amax_cols_device, 4, kWhat, "column operand amax output");
     if (rows_tensor) qk::check_aligned(amax_rows_device, 4, kWhat, "row operand amax output");
-    const int64_t tiles = qk::ceil_div(x.rows, kTile) * qk::ceil_div(x.cols, kTile);
-    FP4_CHECK(tiles < (int64_t{1} << 31), kWhat, ": tensor [", x.rows, " x ", x.cols, "] is too large for one launch");
+    const unsigned grid = dual::tile_grid(x.rows, x.cols, dual::kFastTile);
     DualArgs a = make_dual_args(x, rows, cols);
     a.amax_c_out = amax_cols_device;
     float* amax_rows = rows_tensor ? amax_rows_device : nullptr;
     FP4_CUDA_CHECK(cudaMemsetAsync(amax_cols_device, 0, sizeof(float), stream));
     if (amax_rows != nullptr) FP4_CUDA_CHECK(cudaMemsetAsync(amax_rows, 0, sizeof(float), stream));
-    const unsigned grid = static_cast<unsigned>(tiles);
     if (cols.spec.rht_n == 16) {
       FP4_CUDA_CHECK(cudaFuncSetAttribute(dual::amax_dual_fast_kernel<true>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, dual::kAmaxTileBytes));

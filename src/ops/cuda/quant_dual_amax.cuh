@@ -11,19 +11,6 @@ namespace fp4::dual {
 
 inline constexpr int kAmaxTileBytes = kFastTile * kFastTile * 2;
 
-// Block-wide max of non-negative float bits, then one atomicMax into out (zeroed by the caller).
-__device__ __forceinline__ void block_max_to(uint32_t bits, uint32_t* scratch, float* out) {
-  const uint32_t wm = qk::warp_max_bits(bits);
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = wm;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t m = 0;
-#pragma unroll
-    for (int i = 0; i < kFastThreads / 32; ++i) m = max(m, scratch[i]);
-    atomicMax(reinterpret_cast<unsigned int*>(out), m);  // non-negative floats order as their bits
-  }
-}
-
 // amax_rows may be null (the row operand is not tensor-scaled). a.amax_c_out receives the column amax.
 template <bool kColRht>
 __global__ void __launch_bounds__(kFastThreads, 3) amax_dual_fast_kernel(DualArgs a, float* amax_rows) {
@@ -61,7 +48,7 @@ __global__ void __launch_bounds__(kFastThreads, 3) amax_dual_fast_kernel(DualArg
     dst[h] = make_uint4(w0.x ^ flip, w0.y ^ flip, w0.z ^ flip, w0.w ^ flip);
     dst[h ^ 1] = make_uint4(w1.x ^ flip, w1.y ^ flip, w1.z ^ flip, w1.w ^ flip);
   }
-  if (amax_rows != nullptr) block_max_to(float_bits(row_max), scratch[0], amax_rows);
+  if (amax_rows != nullptr) qk::block_max_to<kFastThreads>(float_bits(row_max), scratch[0], amax_rows);
   __syncthreads();
 
   // Phase 2 (as fast_cols' amax pass): thread = tile column, rows hh * 64 .. + 63 as four T-blocks.
@@ -78,7 +65,7 @@ __global__ void __launch_bounds__(kFastThreads, 3) amax_dual_fast_kernel(DualArg
     bool bad = false;
     col_max = max_f(col_max, block_amax(v, bad, unused));
   }
-  block_max_to(float_bits(col_max), scratch[1], a.amax_c_out);
+  qk::block_max_to<kFastThreads>(float_bits(col_max), scratch[1], a.amax_c_out);
 }
 
 }  // namespace fp4::dual

@@ -280,15 +280,7 @@ __device__ __forceinline__ void dual_cols(const DualArgs& a, uint8_t* smem, int6
   }
 
   if constexpr (kAmaxOnly) {
-    const uint32_t wm = qk::warp_max_bits(float_bits(m));
-    if (lane == 0) warp_max[warp] = wm;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      uint32_t bm = 0;
-#pragma unroll
-      for (int i = 0; i < kThreads / 32; ++i) bm = max(bm, warp_max[i]);
-      atomicMax(reinterpret_cast<unsigned int*>(a.amax_c_out), bm);
-    }
+    qk::block_max_to<kThreads>(float_bits(m), warp_max, a.amax_c_out);
   } else {
     qk::Nvfp4Params p = a.pc;
     if (!p.block128) qk::load_tensor_scale(p, a.amax_c);
