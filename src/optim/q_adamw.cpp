@@ -8,24 +8,18 @@
 #include "numerics/philox.h"
 #include "ops/ops.h"
 #include "optim/adamw.h"
+#include "optim/q_adamw_keys.h"
 
 namespace fp4 {
 namespace {
-
-constexpr uint32_t kSrPurpose = 0xA0;  // + 0 for m, + 1 for v
-
-// The Philox key of tensor `param`'s moment `k` at `step`, from the run seed.
-uint64_t sr_key(uint64_t seed, int64_t step, int param, int k) {
-  const Philox4 b = philox_block(
-      RngStream{seed, make_stream(static_cast<uint32_t>(param), static_cast<uint32_t>(step), kSrPurpose + k)}, 0);
-  return static_cast<uint64_t>(b.v[0]) | (static_cast<uint64_t>(b.v[1]) << 32);
-}
 
 QuantizedMoment zeros(int64_t n, bool second) {
   const std::vector<float> z(static_cast<size_t>(n), 0.0f);
   MixedMoment x = second ? mix_second_moment(z) : mix_first_moment(z);
   return quantize_tiles(std::move(x), 0.0f, 0, 0, second ? "second moment" : "first moment");
 }
+
+}  // namespace
 
 // cpu::adamw_update runs with ratio_bound: the normalized step m / (sqrt(v) / sqrt(bc2) + eps) clipped to the
 // bound below. Exact AdamW never exceeds it, but decoded moments can disagree (a second moment far below its
@@ -34,7 +28,7 @@ QuantizedMoment zeros(int64_t n, bool second) {
 // The largest |m_t| / (sqrt(v_t / bc2)) exact AdamW reaches after t steps, for any gradients (Cauchy-
 // Schwarz on the two moving sums): sqrt(bc2) (1 - b1) / sqrt(1 - b2) * sqrt(sum_{j<t} (b1^2 / b2)^j),
 // widened by 0.1% for FP32 rounding.
-float ratio_bound(double b1, double b2, int64_t t) {
+float q_adamw_ratio_bound(double b1, double b2, int64_t t) {
   if (b2 <= 0.0) return std::numeric_limits<float>::infinity();  // v = g^2 alone bounds nothing
   const double rho = b1 * b1 / b2;
   const double sum = std::abs(rho - 1.0) < 1e-12 ? static_cast<double>(t) : (1.0 - std::pow(rho, t)) / (1.0 - rho);
@@ -42,8 +36,6 @@ float ratio_bound(double b1, double b2, int64_t t) {
   const double b = 1.001 * std::sqrt(bc2) * (1.0 - b1) / std::sqrt(1.0 - b2) * std::sqrt(sum);
   return std::isfinite(b) && b < 3e38 ? static_cast<float>(b) : std::numeric_limits<float>::infinity();
 }
-
-}  // namespace
 
 QAdamW::QAdamW(const ParameterSet& params, const OptimizerPlacement& place, uint64_t seed)
     : place_(place), shard_(place.shard(params.numel())), seed_(seed) {
@@ -70,7 +62,7 @@ void QAdamW::step(ParameterSet& params, const StepHyper& h) {
   check_adamw_hyper(h);
   ++step_;
   cpu::AdamWArgs args = adamw_args(h, step_);
-  args.ratio_bound = ratio_bound(h.beta1, h.beta2, step_);
+  args.ratio_bound = q_adamw_ratio_bound(h.beta1, h.beta2, step_);
   auto values = params.values();
   auto grads = params.grads();
   const int tensors = params.size();
@@ -109,8 +101,8 @@ void QAdamW::step(ParameterSet& params, const StepHyper& h) {
       for (int k = 0; k < 2; ++k)
         a[k] = std::max(a[k], static_cast<float>(amax[(static_cast<size_t>(r) * tensors + pc.param) * 2 + k]));
     const int64_t tile = pc.begin / kQAdamTile;
-    pc.m = quantize_tiles(mix_first_moment(m), a[0], sr_key(seed_, step_, pc.param, 0), tile, "first moment");
-    pc.v = quantize_tiles(mix_second_moment(v), a[1], sr_key(seed_, step_, pc.param, 1), tile, "second moment");
+    pc.m = quantize_tiles(mix_first_moment(m), a[0], q_adamw_sr_key(seed_, step_, pc.param, 0), tile, "first moment");
+    pc.v = quantize_tiles(mix_second_moment(v), a[1], q_adamw_sr_key(seed_, step_, pc.param, 1), tile, "second moment");
   }
 }
 

@@ -10,6 +10,7 @@
 #include "model/cuda/cuda_olmo2.h"
 #include "model/cuda/device_adamw.h"
 #include "model/cuda/device_params.h"
+#include "model/cuda/device_q_adamw.h"
 #include "model/olmo2.h"
 #include "ops/cuda/elementwise_cuda.h"
 #include "ops/cuda/gemm_cublaslt.h"
@@ -88,10 +89,10 @@ class CudaEngine final : public TrainingEngine,
  public:
   CudaEngine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed, int device)
       : device_(select_device(device)), cfg_(cfg), uploader_(stream_.get()), sums_(2) {
-    // The other optimizers' device kernels are not written yet: they run on the CPU engine only.
-    FP4_CHECK(recipe.optimizer == "adamw", "recipe ", recipe.name, ": optimizer = \"", recipe.optimizer,
-              "\" is not available in the CUDA engine (adamw only; q-adamw, root and q-root run on the CPU engine: ",
-              "device = \"cpu\", or set the recipe field optimizer = \"adamw\")");
+    // ROOT's device kernels are not written yet: root and q-root run on the CPU engine only.
+    FP4_CHECK(recipe.optimizer == "adamw" || recipe.optimizer == "q-adamw", "recipe ", recipe.name,
+              ": optimizer = \"", recipe.optimizer, "\" is not available in the CUDA engine (adamw and q-adamw only; ",
+              "root and q-root run on the CPU engine: device = \"cpu\", or set the recipe field optimizer = \"adamw\")");
     FP4_CHECK(!recipe.out_control.enabled, "recipe ", recipe.name, ": out_control (OutControl's outlier ",
               "channels) runs on the CPU engine only so far; use the cpu device or set out_control.enabled=false");
     FP4_CHECK(!recipe.attention.q_attn, "recipe ", recipe.name, ": attention.q_attn (NVFP4 attention) runs on ",
@@ -108,7 +109,10 @@ class CudaEngine final : public TrainingEngine,
       host.init_parameters(seed);
       params_ = std::make_unique<cuda::DeviceParams>(host.params(), stream_.get());
     }
-    adam_ = std::make_unique<cuda::DeviceAdamW>(*params_, stream_.get());
+    if (recipe.optimizer == "q-adamw")
+      qadam_ = std::make_unique<cuda::DeviceQAdamW>(*params_, stream_.get(), seed);
+    else
+      adam_ = std::make_unique<cuda::DeviceAdamW>(*params_, stream_.get());
     model_ = std::make_unique<cuda::CudaOlmo2>(cfg_, recipe, *params_, gemm_, stream_.get());
     model_->quant_context().seed = seed;
   }
@@ -125,18 +129,24 @@ class CudaEngine final : public TrainingEngine,
 
   StepStats train_step(std::span<const Batch> micro_batches, const StepHyper& hyper) override {
     set_device();
-    const std::string where = "train step " + std::to_string(adam_->step_count() + 1);
+    const std::string where = "train step " + std::to_string(optimizer_steps() + 1);
     const int64_t total = run_micro_batches(micro_batches, where);
     if (comm_) overlap_ ? wait_for_reductions() : reduce_gradients();
-    adam_->queue_step(*params_, hyper, sums_.data());
+    if (qadam_)
+      qadam_->queue_step(*params_, hyper, sums_.data());
+    else
+      adam_->queue_step(*params_, hyper, sums_.data());
     if (comm_) gather_parameters();
     const StepStats stats = finish(where, total);
-    adam_->commit_step();
+    qadam_ ? qadam_->commit_step() : adam_->commit_step();
     return stats;
   }
 
   void set_data_parallel(const DataParallel& dp) override {
     set_device();
+    FP4_CHECK(!qadam_, "CUDA engine: optimizer = \"q-adamw\" (recipe field 'optimizer') runs on one process ",
+              "only in the CUDA engine; train without data parallelism, use the cpu device, or set optimizer = ",
+              "\"adamw\"");
     FP4_CHECK(dp.comm != nullptr && dp.comm->device_memory(), "CUDA engine: data parallelism needs a device ",
               "communicator (got ", dp.comm ? dp.comm->backend() : std::string("none"), ")");
     const int world = dp.comm->world_size();
@@ -163,7 +173,10 @@ class CudaEngine final : public TrainingEngine,
     FP4_CHECK(comm_ == nullptr, "compute_gradients is not available with data parallelism");
     const std::string where = "compute_gradients";
     const int64_t total = run_micro_batches(micro_batches, where);
-    adam_->queue_norm(*params_, sums_.data());
+    if (qadam_)
+      qadam_->queue_norm(*params_, sums_.data());
+    else
+      adam_->queue_norm(*params_, sums_.data());
     return finish(where, total);
   }
 
@@ -247,6 +260,10 @@ class CudaEngine final : public TrainingEngine,
       params_->read_value(i, buf);
       out.push_back(f32_state_tensor(p.info.name, p.info.shape, buf));
     }
+    if (qadam_) {  // the CPU QAdamW's tensors
+      for (auto& t : qadam_->save_state(*params_)) out.push_back(std::move(t));
+      return out;
+    }
     // Each parameter's moments go from the gathered device copy straight into their tensors (no host copy
     // of the whole moment in between: for olmo2-370m that was 3 GB more to fault in and copy).
     const DeviceBuffer<float> m = full_moment(0), v = full_moment(1);
@@ -269,6 +286,17 @@ class CudaEngine final : public TrainingEngine,
   void load_state(const std::vector<StateTensor>& state) override {
     set_device();
     const StateIndex index(state);
+    if (qadam_) {
+      std::vector<const StateTensor*> values;
+      for (int i = 0; i < params_->size(); ++i)
+        values.push_back(&index.require(params_->at(i).info.name, "F32", params_->at(i).info.shape));
+      qadam_->load_state(index, *params_);  // checks all of its tensors before keeping any
+      for (int i = 0; i < params_->size(); ++i) {
+        const StateTensor* t = values[static_cast<size_t>(i)];
+        params_->write_value(i, {reinterpret_cast<const float*>(t->bytes.data()), t->bytes.size() / sizeof(float)});
+      }
+      return;
+    }
     const AdamState st = find_adam_state(index, parameters());
     const auto& values = st.values;
     const auto& m = st.m;
@@ -289,6 +317,8 @@ class CudaEngine final : public TrainingEngine,
 
  private:
   void set_device() const { FP4_CUDA_CHECK(cudaSetDevice(device_)); }
+
+  int64_t optimizer_steps() const { return qadam_ ? qadam_->step_count() : adam_->step_count(); }
 
   // A moment of every element on the device (which = 0: m, 1: v); with data parallelism the shards are
   // all-gathered (collective).
@@ -366,7 +396,7 @@ class CudaEngine final : public TrainingEngine,
     const auto up = uploader_.upload(micro_batches, true, true);
     params_->zero_grads();
     FP4_CUDA_CHECK(cudaMemsetAsync(sums_.data(), 0, sums_.bytes(), stream_.get()));
-    const auto step = static_cast<uint64_t>(adam_->step_count() + 1);
+    const auto step = static_cast<uint64_t>(optimizer_steps() + 1);
     for (size_t i = 0; i < up.size(); ++i) {
       const cuda::DeviceBatch& mb = up[i];
       // Quantized layers draw fresh bits per forward, indexed by (step, micro-batch) as in the CPU engine.
@@ -387,7 +417,7 @@ class CudaEngine final : public TrainingEngine,
   // when the loss or a gradient is not finite (the update was skipped on the device).
   StepStats finish(const std::string& where, int64_t total) {
     std::vector<double> sumsq;
-    const cuda::StepControl ctl = adam_->read_control(sumsq);
+    const cuda::StepControl ctl = qadam_ ? qadam_->read_control(sumsq) : adam_->read_control(sumsq);
     double sums[2];
     cuda::copy_to_host(sums, sums_.data(), sizeof(sums), stream_.get());
     if (!std::isfinite(sums[0]))
@@ -437,7 +467,8 @@ class CudaEngine final : public TrainingEngine,
   cuda::BatchUploader uploader_;
   DeviceBuffer<double> sums_;  // [loss, ce] of the current step or evaluation
   std::unique_ptr<cuda::DeviceParams> params_;
-  std::unique_ptr<cuda::DeviceAdamW> adam_;
+  std::unique_ptr<cuda::DeviceAdamW> adam_;    // optimizer = "adamw"
+  std::unique_ptr<cuda::DeviceQAdamW> qadam_;  // optimizer = "q-adamw" (one process)
   std::unique_ptr<cuda::CudaOlmo2> model_;
   Communicator* comm_ = nullptr;  // data parallelism, when set
   std::vector<IndexRange> shards_;
