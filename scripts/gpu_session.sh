@@ -24,6 +24,7 @@
 #   attnbench    attention_bench (our causal attention kernels, every variant, forward and backward)
 #   dualprofile  Nsight Compute of the fused dual quantizer with stall reasons and source counters
 #   dualdetail   Nsight Compute, every section and per-SASS-line stalls, of chosen dual-kernel launches
+#   trainbench   train_bench with $TB_ARGS (one extra comparison of recipes)
 #   qbench       quantize_bench (quantizer bandwidth against a D2D copy, 64 and 256 MiB)
 #   smoke1b      two training steps of olmo2-1b (bf16 and tetrajet-v2-base) through train_bench
 #   qprofile     Nsight Compute sections of the quantization kernels + their SASS instruction counts
@@ -122,6 +123,11 @@ phase_recipebench() {
   done
   note "train_bench done"
   grep "^train_bench:" "$out/train_bench.log"
+}
+phase_trainbench() {  # train_bench with $TB_ARGS (e.g. "--config olmo2-70m --recipes tetrajet-v2-base,tetrajet-v2-qadamw")
+  timeout ${TB_TIMEOUT:-150} $B/train_bench ${TB_ARGS:---config olmo2-70m --steps 20 --warmup 3} >>"$out/train_bench_extra.log" 2>&1
+  note "train_bench ${TB_ARGS:-} rc=$?"
+  grep "^train_bench:" "$out/train_bench_extra.log" | tail -4
 }
 phase_tests() {
   timeout 240 $B/test_cuda --gtest_brief=1 >"$out/test_cuda.log" 2>&1
