@@ -25,6 +25,7 @@
 #   dualprofile  Nsight Compute of the fused dual quantizer with stall reasons and source counters
 #   dualdetail   Nsight Compute, every section and per-SASS-line stalls, of chosen dual-kernel launches
 #   trainbench   train_bench with $TB_ARGS (one extra comparison of recipes)
+#   rowsdetail   Nsight Compute, every section and per-SASS-line stalls, of row-quantizer launches ($ROWS_DETAIL)
 #   qbench       quantize_bench (quantizer bandwidth against a D2D copy, 64 and 256 MiB)
 #   smoke1b      two training steps of olmo2-1b (bf16 and tetrajet-v2-base) through train_bench
 #   qprofile     Nsight Compute sections of the quantization kernels + their SASS instruction counts
@@ -103,6 +104,24 @@ phase_dualdetail() {
     grep -E "Duration|Issue Slots Busy|Stall|L1/TEX Hit|Mem Busy|Max Bandwidth|Executed Ipc" "$out/ncu-detail-$skip.txt" | head -20
   done
 }
+# The same detail for row-quantizer launches: $ROWS_DETAIL lists template-argument patterns of
+# quantize_rows_kernel<T, block128, sr, rht, four_over_six> (default: block128 RTN and tensor-scale RTN), each
+# profiled at its fourth launch (after quantize_bench's warm-ups) of the BF16 64 MiB pass.
+phase_rowsdetail() {
+  local ncu i=0
+  ncu=$(ncu_bin)
+  for pat in ${ROWS_DETAIL:-"true, false, 0, false" "false, false, 0, false"}; do
+    i=$((i + 1))
+    timeout 200 "$ncu" --kernel-name-base demangled -k "regex:quantize_rows_kernel<.*${pat}>" --launch-skip 3 -c 1 \
+      --set full --import-source yes -o "$out/rows-$i" $B/quantize_bench --sizes-mib 64 --dtypes bf16 --runs 1 \
+      >"$out/ncu-rows-$i.log" 2>&1
+    note "rowsdetail $i ($pat) rc=$?"
+    "$ncu" --import "$out/rows-$i.ncu-rep" --print-details all >"$out/ncu-rows-$i.txt" 2>&1
+    "$ncu" --import "$out/rows-$i.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip >"$out/ncu-rows-source-$i.csv.gz"
+    grep -E "quantize_rows|Duration|Issue Slots Busy|Stall|Registers Per|Achieved Occupancy|Mem Busy|DRAM Throughput|Executed Ipc" \
+      "$out/ncu-rows-$i.txt" | head -24
+  done
+}
 phase_qbench() {
   timeout 200 $B/quantize_bench ${QBENCH_ARGS:-} >"$out/quantize_bench.log" 2>&1
   note "quantize_bench rc=$?"
@@ -154,7 +173,7 @@ phase_bench() {
 phase_torchbench() {
   local tag
   tag=$(echo "${TORCH_BENCH_ARGS:-}" | grep -oE -- "--compile-mode [a-z,-]+" | awk '{print "-" $2}' | tr ',' '_')
-  timeout 330 python3 bench/torch_train_bench.py --build-dir $B ${TORCH_BENCH_ARGS:-} \
+  timeout ${TORCH_BENCH_TIMEOUT:-330} python3 bench/torch_train_bench.py --build-dir $B ${TORCH_BENCH_ARGS:-} \
     >"$out/torch_train_bench$tag.log" 2>&1
   note "torch_train_bench$tag rc=$?"
   tail -8 "$out/torch_train_bench$tag.log"
