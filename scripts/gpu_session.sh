@@ -104,15 +104,18 @@ phase_dualdetail() {
     grep -E "Duration|Issue Slots Busy|Stall|L1/TEX Hit|Mem Busy|Max Bandwidth|Executed Ipc" "$out/ncu-detail-$skip.txt" | head -20
   done
 }
-# The same detail for row-quantizer launches: $ROWS_DETAIL lists template-argument patterns of
-# quantize_rows_kernel<T, block128, sr, rht, four_over_six> (default: block128 RTN and tensor-scale RTN), each
-# profiled at its fourth launch (after quantize_bench's warm-ups) of the BF16 64 MiB pass.
+# The same detail for row-quantizer launches: $ROWS_DETAIL lists ';'-separated template-argument tails of
+# quantize_rows_kernel<T, block128, sr, rht, four_over_six> as ncu prints them (default: BF16 block128 RTN),
+# each profiled at its fourth launch (after quantize_bench's warm-ups) of the BF16 64 MiB pass.
 phase_rowsdetail() {
-  local ncu i=0
+  local ncu i=0 pats
   ncu=$(ncu_bin)
-  for pat in ${ROWS_DETAIL:-"true, false, 0, false" "false, false, 0, false"}; do
+  IFS=';' read -ra pats <<<"${ROWS_DETAIL:-1, (bool)1, (bool)0, (int)0, (bool)0>}"
+  for pat in "${pats[@]}"; do
     i=$((i + 1))
-    timeout 200 "$ncu" --kernel-name-base demangled -k "regex:quantize_rows_kernel<.*${pat}>" --launch-skip 3 -c 1 \
+    local re
+    re=$(printf '%s' "$pat" | sed 's/[()]/\\&/g')
+    timeout 200 "$ncu" --kernel-name-base demangled -k "regex:quantize_rows_kernel<.*${re}" --launch-skip 3 -c 1 \
       --set full --import-source yes -o "$out/rows-$i" $B/quantize_bench --sizes-mib 64 --dtypes bf16 --runs 1 \
       >"$out/ncu-rows-$i.log" 2>&1
     note "rowsdetail $i ($pat) rc=$?"
