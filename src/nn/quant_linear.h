@@ -51,6 +51,11 @@ class QuantLinearCpu {
   const std::vector<float>& last_x_hat() const { return x_hat_; }
   const std::vector<float>& last_w_hat() const { return w_hat_; }
   uint64_t nonfinite_inputs() const { return nonfinite_; }
+  // Tests: the operands the last forward kept for the backward (Q4, Q6; after a split forward also the
+  // MXFP8 X^T of the C8 channels), to compare other implementations with byte for byte.
+  const QuantOperand& saved_q4() const { return q4_; }
+  const QuantOperand& saved_q6() const { return q6_; }
+  const Mxfp8Tensor& saved_x8t() const { return x8t_; }
 
   // OutControl: this layer's channel state (owned by the model's OutControl). While it calibrates the
   // forward measures X; once frozen the forward splits X and W into NVFP4 (C4) and MXFP8 (C8) channels.

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -12,6 +13,7 @@
 #include "model/cuda/device_params.h"
 #include "model/cuda/device_q_adamw.h"
 #include "model/olmo2.h"
+#include "nn/out_control.h"
 #include "ops/cuda/elementwise_cuda.h"
 #include "ops/cuda/gemm_cublaslt.h"
 #include "optim/cuda/osci_device_backend.h"
@@ -85,7 +87,8 @@ class CudaEngine final : public TrainingEngine,
                          public GradientProbe,
                          public GradientOverlap,
                          public DeviceMasterWeights,
-                         public OsciBackendSource {
+                         public OsciBackendSource,
+                         public OutControlSource {
  public:
   CudaEngine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed, int device)
       : device_(select_device(device)), cfg_(cfg), uploader_(stream_.get()), sums_(2) {
@@ -93,8 +96,6 @@ class CudaEngine final : public TrainingEngine,
     FP4_CHECK(recipe.optimizer == "adamw" || recipe.optimizer == "q-adamw", "recipe ", recipe.name,
               ": optimizer = \"", recipe.optimizer, "\" is not available in the CUDA engine (adamw and q-adamw only; ",
               "root and q-root run on the CPU engine: device = \"cpu\", or set the recipe field optimizer = \"adamw\")");
-    FP4_CHECK(!recipe.out_control.enabled, "recipe ", recipe.name, ": out_control (OutControl's outlier ",
-              "channels) runs on the CPU engine only so far; use the cpu device or set out_control.enabled=false");
     FP4_CHECK(!recipe.attention.q_attn, "recipe ", recipe.name, ": attention.q_attn (NVFP4 attention) runs on ",
               "the CPU engine only so far; use the cpu device or set attention.q_attn=false");
     FP4_CHECK(!recipe.lora_svd.enabled, "recipe ", recipe.name, ": lora_svd (LoRA-SVD projections) runs on the ",
@@ -126,10 +127,13 @@ class CudaEngine final : public TrainingEngine,
 
   const ModelConfig& config() const override { return cfg_; }
   std::string device_name() const override { return device_name_; }
+  OutControl* out_control() override { return model_->out_control(); }
 
   StepStats train_step(std::span<const Batch> micro_batches, const StepHyper& hyper) override {
     set_device();
-    const std::string where = "train step " + std::to_string(optimizer_steps() + 1);
+    const int64_t step = optimizer_steps() + 1;
+    const std::string where = "train step " + std::to_string(step);
+    if (OutControl* oc = model_->out_control()) oc->begin_step(step);
     const int64_t total = run_micro_batches(micro_batches, where);
     if (comm_) overlap_ ? wait_for_reductions() : reduce_gradients();
     if (qadam_)
@@ -138,6 +142,7 @@ class CudaEngine final : public TrainingEngine,
       adam_->queue_step(*params_, hyper, sums_.data());
     if (comm_) gather_parameters();
     const StepStats stats = finish(where, total);
+    end_out_control_step(step);
     qadam_ ? qadam_->commit_step() : adam_->commit_step();
     return stats;
   }
@@ -244,9 +249,10 @@ class CudaEngine final : public TrainingEngine,
                       stream_.get());
   }
 
-  // OsciReset's device form. Data parallelism keeps the host form (docs/OSCI_RESET.md).
+  // OsciReset's device form. Data parallelism keeps the host form (docs/OSCI_RESET.md), and so does
+  // OutControl: only the host form restricts a weight to its FP4 columns after the freeze.
   std::unique_ptr<OsciBackend> make_osci_backend() override {
-    if (comm_ != nullptr) return nullptr;
+    if (comm_ != nullptr || model_->out_control() != nullptr) return nullptr;
     return std::make_unique<cuda::OsciDeviceBackend>(*this);
   }
 
@@ -260,6 +266,7 @@ class CudaEngine final : public TrainingEngine,
       params_->read_value(i, buf);
       out.push_back(f32_state_tensor(p.info.name, p.info.shape, buf));
     }
+    append_out_control_state(model_->out_control(), out);  // the CPU engine's names
     if (qadam_) {  // the CPU QAdamW's tensors
       for (auto& t : qadam_->save_state(*params_)) out.push_back(std::move(t));
       return out;
@@ -295,6 +302,7 @@ class CudaEngine final : public TrainingEngine,
         const StateTensor* t = values[static_cast<size_t>(i)];
         params_->write_value(i, {reinterpret_cast<const float*>(t->bytes.data()), t->bytes.size() / sizeof(float)});
       }
+      if (OutControl* oc = model_->out_control()) oc->load_state(state);
       return;
     }
     const AdamState st = find_adam_state(index, parameters());
@@ -313,10 +321,37 @@ class CudaEngine final : public TrainingEngine,
       adam_->write_moment(1, params_->at(i), as_floats(v[k]));
     }
     adam_->set_step_count(s);
+    if (OutControl* oc = model_->out_control()) oc->load_state(state);
   }
 
  private:
   void set_device() const { FP4_CUDA_CHECK(cudaSetDevice(device_)); }
+
+  // OutControl after a step (the CPU engine's out_control_end_step): the layers' device sums join the
+  // registry's step sums; with data parallelism they are summed over the ranks in one host collective
+  // (the device communicator's all_reduce_sum takes device memory), so every rank freezes the same
+  // channels. Then the window may close (the report waits in the registry for the trainer).
+  void end_out_control_step(int64_t step) {
+    OutControl* oc = model_->out_control();
+    if (!oc) return;
+    model_->collect_out_control_sums();
+    if (comm_) {
+      std::vector<double> all;
+      for (OutChannels* l : oc->layers()) {
+        const std::span<double> s = l->step_sums();
+        all.insert(all.end(), s.begin(), s.end());
+      }
+      if (!all.empty()) comm_->host_all_reduce_sum(all.data(), static_cast<int64_t>(all.size()), CommType::kF64);
+      size_t at = 0;
+      for (OutChannels* l : oc->layers()) {
+        const std::span<double> s = l->step_sums();
+        std::copy(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + s.size()),
+                  s.begin());
+        at += s.size();
+      }
+    }
+    oc->end_step(step);
+  }
 
   int64_t optimizer_steps() const { return qadam_ ? qadam_->step_count() : adam_->step_count(); }
 

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "model/cuda/cuda_olmo2.h"
+#include "nn/cuda/quant_linear_cuda.h"
 #include "ops/cuda/attention_cuda.h"
 #include "ops/cuda/causal_sdpa_cuda.h"
 #include "ops/cuda/cross_entropy_cuda.h"
@@ -66,6 +67,10 @@ CudaOlmo2::CudaOlmo2(const ModelConfig& cfg, const Recipe& recipe, DeviceParams&
   embed_ = params_.require("embed");
   final_norm_ = params_.require("final_norm");
   lm_head_ = params_.require("lm_head");
+  if (recipe.out_control.enabled) {  // before the linears, which register with it
+    out_control_ = std::make_unique<OutControl>(recipe.out_control);
+    quant_ctx_.out_control = out_control_.get();
+  }
   check_shape(params_, embed_, {v, d});
   check_shape(params_, final_norm_, {d});
   check_shape(params_, lm_head_, {v, d});
@@ -115,6 +120,13 @@ CudaOlmo2::CudaOlmo2(const ModelConfig& cfg, const Recipe& recipe, DeviceParams&
   rope_sin_ = DeviceBuffer<float>(table);
   copy_to_device(rope_cos_.data(), cos_t.data(), table * sizeof(float), stream_);
   copy_to_device(rope_sin_.data(), sin_t.data(), table * sizeof(float), stream_);
+}
+
+void CudaOlmo2::collect_out_control_sums() {
+  if (!out_control_) return;
+  for (const auto& bp : blocks_)
+    for (LinearCuda* lin : bp.linears())
+      if (auto* oc = dynamic_cast<OutControlLinear*>(lin)) oc->collect_out_control_sums();
 }
 
 DeviceWeight CudaOlmo2::weight(int i) {

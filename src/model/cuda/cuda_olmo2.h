@@ -65,6 +65,13 @@ class CudaOlmo2 {
   // before each forward exactly as the CPU engine sets Olmo2Model::quant_context().
   QuantContext& quant_context() { return quant_ctx_; }
 
+  // OutControl's registry of the quantized linears when the recipe enables it (else null), as
+  // Olmo2Model::out_control(); the layers measure on the device.
+  OutControl* out_control() { return out_control_.get(); }
+  const OutControl* out_control() const { return out_control_.get(); }
+  // Adds every layer's device calibration sums of the step to the registry's step sums (synchronizes).
+  void collect_out_control_sums();
+
   // Data parallelism: called by backward() on the host once the work completing a gradient bucket is
   // queued on the stream: -1 after the head (LM head, final norm), l after block l, n_layers after the
   // embedding (optim/grad_buckets.h numbers buckets the same way). Empty: not called.
@@ -90,6 +97,7 @@ class CudaOlmo2 {
 
   ModelConfig cfg_;
   QuantContext quant_ctx_;
+  std::unique_ptr<OutControl> out_control_;
   DeviceParams& params_;
   GemmRunner& gemm_;
   cudaStream_t stream_;

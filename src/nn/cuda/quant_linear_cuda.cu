@@ -3,7 +3,9 @@
 
 #include "core/error.h"
 #include "nn/cuda/quant_linear_cuda.h"
+#include "nn/cuda/quant_linear_split_cuda.h"
 #include "nn/quant_linear.h"
+#include "ops/cuda/out_control_cuda.h"
 #include "ops/cuda/quantize_cuda.h"
 #include "tensor/carver.h"
 
@@ -80,16 +82,27 @@ Nvfp4DeviceView transient_view(uint8_t* codes, uint8_t* scales, float* outer, in
 
 DequantOutput bf16_out(bf16* p) { return DequantOutput{p, QuantIoType::kBF16, true}; }
 
-class QuantLinearCudaImpl final : public LinearCuda {
+class QuantLinearCudaImpl final : public LinearCuda, public OutControlLinear {
  public:
   QuantLinearCudaImpl(LinearSpec spec, const DeviceWeight& w, GemmRunner& gemm, cudaStream_t stream)
-      : LinearCuda(std::move(spec)), w_(w), gemm_(gemm), stream_(stream), p_(spec_.policy) {}
+      : LinearCuda(std::move(spec)), w_(w), gemm_(gemm), stream_(stream), p_(spec_.policy) {
+    if (OutControl* oc = spec_.quant_ctx ? spec_.quant_ctx->out_control : nullptr) {  // as the CPU layer
+      split_ = std::make_unique<QuantLinearSplitCuda>(spec_, w_, gemm_, stream_);
+      channels_ = oc->add(spec_.name, spec_.in_features);
+    }
+  }
 
   void forward(const bf16* x, bf16* y, int n) override {
     FP4_CHECK(spec_.quant_ctx != nullptr, "linear ", spec_.name, ": no quantization context");
     ctx_ = *spec_.quant_ctx;
     saved_n_ = n;
     const int in = spec_.in_features, out = spec_.out_features;
+    if (channels_ && channels_->calibrating()) measure(x, n);
+    split_active_ = channels_ && channels_->frozen();
+    if (split_active_) {
+      split_->forward(*channels_, x, y, n, ctx_, split_workspace(n));
+      return;
+    }
     const Transients s = transients(n);
     float* amax = s.amax;
     bf16* x_hat = s.a;
@@ -157,12 +170,16 @@ class QuantLinearCudaImpl final : public LinearCuda {
         gemm_.gemm(false, false, n, in, out, 1.0f, dy_hat, out, b, in, 0.0f, dx.bf16_out, in, stream_);
       else
         gemm_.gemm(false, false, n, in, out, 1.0f, dy_hat, out, b, in, beta, dx.f32_out, in, stream_, dx.add);
-    } else {  // Q4 [in x out]
-      dequantize_nvfp4_cuda(q4_.view(in, out, p_[Operand::kQ4Wt]), bf16_out(b), stream_);
+    } else {  // Q4 [in x out]; after the OutControl freeze the split's, from the assembled W^
+      dequantize_nvfp4_cuda(split_active_ ? split_->q4() : q4_.view(in, out, p_[Operand::kQ4Wt]), bf16_out(b), stream_);
       if (dx.bf16_out)
         gemm_.gemm(false, true, n, in, out, 1.0f, dy_hat, out, b, out, 0.0f, dx.bf16_out, in, stream_);
       else
         gemm_.gemm(false, true, n, in, out, 1.0f, dy_hat, out, b, out, beta, dx.f32_out, in, stream_, dx.add);
+    }
+    if (split_active_) {  // dW per channel set, after the split's transients
+      split_->backward_dw(dy, dyt, n, split_workspace(n));
+      return;
     }
     // dW += Q5(dY^T) Q6(X^T)^T over n: both as BF16 values, X^T [in x n] over Q3's in a (the dX GEMM,
     // queued before on the same stream, was their last reader).
@@ -172,9 +189,32 @@ class QuantLinearCudaImpl final : public LinearCuda {
   }
 
   bool backward_reads_input() const override { return false; }  // it reads its packed Q6 = X^T
-  size_t kept_bytes() const override { return q6_.bytes() + q4_.bytes() + q2_.bytes(); }
+  size_t kept_bytes() const override {
+    return q6_.bytes() + q4_.bytes() + q2_.bytes() + (split_ ? split_->kept_bytes() : 0);
+  }
   size_t workspace_bytes(int n) const override {
-    return carve_transients(nullptr, n, spec_.in_features, spec_.out_features, p_).bytes;
+    const size_t plain = carve_transients(nullptr, n, spec_.in_features, spec_.out_features, p_).bytes;
+    if (!channels_ || !channels_->frozen()) return plain;
+    return split_offset(n) + split_->workspace_bytes(*channels_, n);
+  }
+
+  OutChannels* out_channels() override { return channels_; }
+
+  void collect_out_control_sums() override {
+    if (!calib_pending_) return;
+    calib_pending_ = false;
+    std::vector<double> h(calib_.size());
+    FP4_CUDA_CHECK(cudaMemcpyAsync(h.data(), calib_.data(), calib_.bytes(), cudaMemcpyDeviceToHost, stream_));
+    FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const std::span<double> step = channels_->step_sums();
+    FP4_CHECK(step.size() == h.size(), "linear ", spec_.name, ": out_control step sums hold ", step.size(),
+              " values, the device measured ", h.size(), " (collect before the step ends)");
+    for (size_t i = 0; i < h.size(); ++i) step[i] += h[i];
+  }
+
+  SplitOperands split_operands() const override {
+    FP4_CHECK(split_ != nullptr, "linear ", spec_.name, ": out_control is off");
+    return split_->operands();
   }
 
  private:
@@ -184,14 +224,29 @@ class QuantLinearCudaImpl final : public LinearCuda {
 
   // The transients for n rows: in the lent workspace, else in the shared fallback region.
   Transients transients(int n) const {
+    return carve_transients(workspace_base(n), n, spec_.in_features, spec_.out_features, p_);
+  }
+  uint8_t* workspace_base(int n) const {
     const size_t need = workspace_bytes(n);
-    uint8_t* base = workspace_;
-    if (base == nullptr)
-      base = fallback_workspace(need);
-    else
-      FP4_CHECK(workspace_size_ >= need, "linear ", spec_.name, ": the lent workspace holds ", workspace_size_,
-                " bytes, ", n, " rows need ", need);
-    return carve_transients(base, n, spec_.in_features, spec_.out_features, p_);
+    if (workspace_ == nullptr) return fallback_workspace(need);
+    FP4_CHECK(workspace_size_ >= need, "linear ", spec_.name, ": the lent workspace holds ", workspace_size_,
+              " bytes, ", n, " rows need ", need);
+    return workspace_;
+  }
+  // The split's transients follow the plain ones (its backward reads the plain dY operands).
+  size_t split_offset(int n) const {
+    const size_t plain = carve_transients(nullptr, n, spec_.in_features, spec_.out_features, p_).bytes;
+    return (plain + kCarveAlign - 1) / kCarveAlign * kCarveAlign;
+  }
+  uint8_t* split_workspace(int n) const { return workspace_base(n) + split_offset(n); }
+
+  // OutControl calibration: this step's per-channel sums of ||X[:, i]|| and ||X[:, i]||^2, on the device.
+  void measure(const bf16* x, int n) {
+    const auto need = 2 * static_cast<size_t>(spec_.in_features);
+    if (calib_.size() != need) calib_ = DeviceBuffer<double>(need);
+    if (!calib_pending_) FP4_CUDA_CHECK(cudaMemsetAsync(calib_.data(), 0, calib_.bytes(), stream_));
+    calib_pending_ = true;
+    column_norm_sums_cuda(reinterpret_cast<const uint16_t*>(x), n, spec_.in_features, calib_.data(), stream_);
   }
 
   DeviceWeight w_;
@@ -202,6 +257,12 @@ class QuantLinearCudaImpl final : public LinearCuda {
   int saved_n_ = -1;
   // Kept from forward to backward, packed: Q6 = X^T; Q4 = W^T (aligned) or the 16x16 Q2 itself (reuse).
   PackedOperand q6_, q4_, q2_;
+  // OutControl (null when off): the channel state, the split form, and the calibration sums.
+  OutChannels* channels_ = nullptr;
+  std::unique_ptr<QuantLinearSplitCuda> split_;
+  bool split_active_ = false;  // the last forward was the split
+  DeviceBuffer<double> calib_;
+  bool calib_pending_ = false;
 };
 
 void check_supported(const LinearSpec& spec) {
