@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <iostream>
 #include <map>
@@ -12,6 +15,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "dist/nccl_communicator.h"
 #include "model/cpu_engine.h"
 #include "model/cuda/cuda_engine.h"
 #include "nn/out_control.h"
@@ -202,6 +206,44 @@ TEST(OutControlCudaEngine, CpuAndCudaEnginesFreezeTheSameChannels) {
     const bool down = c.name().find("w_down") != std::string::npos;
     EXPECT_EQ(g.c8(), down ? Q : P) << c.name();
     EXPECT_NEAR(g.share(), c.share(), 2e-2) << c.name();
+  }
+}
+
+// The data-parallel path (the step sums through the communicator's host all-reduce) with one NCCL rank
+// (a second rank on one GPU is refused by NCCL; multi-GPU runs: scripts/dist_gpu_check.sh): the sums and
+// the frozen sets are the plain engine's, bit for bit.
+TEST(OutControlCudaEngine, OneRankDataParallelFreezesAsThePlainEngine) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const ModelConfig cfg = model_preset("tiny");
+  const Recipe recipe = out_control_recipe(2, 2);  // freeze after step 3
+  auto plain = make_cuda_engine(cfg, recipe, seed, 0);
+  auto dp = make_cuda_engine(cfg, recipe, seed, 0);
+  DistEnv env;
+  env.launched = true;  // world 1: no sockets, NCCL with one rank
+  NcclCommunicator comm(env, std::chrono::seconds(60), std::chrono::seconds(60),
+                        [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+  int64_t numel = 0;
+  for (const ParameterInfo& p : dp->parameters()) numel += p.numel();
+  dp->set_data_parallel({&comm, {{0, numel}}});
+  StepHyper hyper;
+  hyper.lr = 3e-3f;
+  for (int step = 1; step <= 4; ++step) {
+    const std::vector<Batch> mb = {learnable_batch(cfg, 2, 64, seed + step), learnable_batch(cfg, 2, 64, seed + 99 * step)};
+    const StepStats a = plain->train_step(mb, hyper), b = dp->train_step(mb, hyper);
+    EXPECT_EQ(a.loss, b.loss) << "step " << step;
+    const auto ta = out_control_tensors(plain->save_state()), tb = out_control_tensors(dp->save_state());
+    ASSERT_EQ(ta.size(), tb.size()) << "step " << step;
+    for (const auto& [name, t] : ta) {
+      ASSERT_TRUE(tb.count(name)) << name;
+      EXPECT_TRUE(t->bytes == tb.at(name)->bytes) << name << " step " << step;
+    }
+    EXPECT_EQ(ta.empty(), step == 1) << "measured from step 2 only";
+  }
+  OutControl &a = out_control_of(*plain), &b = out_control_of(*dp);
+  for (size_t k = 0; k < a.layers().size(); ++k) {
+    ASSERT_TRUE(b.layers()[k]->frozen());
+    EXPECT_EQ(a.layers()[k]->c8(), b.layers()[k]->c8()) << a.layers()[k]->name();
   }
 }
 
