@@ -266,9 +266,9 @@ class CudaEngine final : public TrainingEngine,
       params_->read_value(i, buf);
       out.push_back(f32_state_tensor(p.info.name, p.info.shape, buf));
     }
-    append_out_control_state(model_->out_control(), out);  // the CPU engine's names
     if (qadam_) {  // the CPU QAdamW's tensors
       for (auto& t : qadam_->save_state(*params_)) out.push_back(std::move(t));
+      append_out_control_state(model_->out_control(), out);  // last, as in the CPU engine
       return out;
     }
     // Each parameter's moments go from the gathered device copy straight into their tensors (no host copy
@@ -285,6 +285,7 @@ class CudaEngine final : public TrainingEngine,
       }
     }
     out.push_back(adam_step_tensor(adam_->step_count()));
+    append_out_control_state(model_->out_control(), out);
     return out;
   }
 
