@@ -166,10 +166,26 @@ TEST_P(CudaRootSteps, FiveStepsFollowTheCpuRoot) {
     fill_grads(ps, rng);
     upload_grads(dp, ps);
     const std::vector<float> before(ps.values().begin(), ps.values().end());
-    cpu.step(ps, h);
-    gpu.queue_step(dp, h, nullptr);
+    // Step 4 clips (the 1e30 value makes the norm ~1e30): the device scales g by the clipping factor as
+    // the engines do; the CPU optimizer gets the gradients scaled as the CPU engine scales them.
+    StepHyper hs = h;
+    if (step == 4) hs.grad_clip = 1e29f;
+    gpu.queue_step(dp, hs, nullptr);
     std::vector<double> sumsq;
-    ASSERT_EQ(gpu.read_control(sumsq).skip, 0) << where;
+    const cuda::StepControl ctl = gpu.read_control(sumsq);
+    ASSERT_EQ(ctl.skip, 0) << where;
+    if (step == 4) {
+      double norm = 0;
+      for (float g : ps.grads()) norm += static_cast<double>(g) * g;
+      norm = std::sqrt(norm);
+      EXPECT_NEAR(ctl.clip_coef, 1e29 / norm, 1e-6 * (1e29 / norm)) << where;
+      ASSERT_LT(ctl.clip_coef, 1.0f) << where;
+    } else {
+      ASSERT_EQ(ctl.clip_coef, 1.0f) << where;
+    }
+    if (ctl.clip_coef != 1.0f)
+      for (float& g : ps.grads()) g *= ctl.clip_coef;
+    cpu.step(ps, h);
     gpu.commit_step();
     ASSERT_EQ(gpu.step_count(), cpu.step_count());
 
