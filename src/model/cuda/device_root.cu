@@ -81,7 +81,7 @@ void DeviceRoot::queue_step(DeviceParams& params, const StepHyper& h, const doub
     const float wd = p.info.weight_decay ? h.weight_decay : 0.0f;
     // RootMatrix's SR stream: (seed, parameter index, the matrix's step count before this step).
     const RngStream sr{seed_, make_stream(static_cast<uint32_t>(mx.param), static_cast<uint32_t>(step_), 0x52)};
-    NsFirstStepOperands* trace = static_cast<int>(k) == trace_k_ ? trace_ : nullptr;
+    NsTrace* trace = static_cast<int>(k) == trace_k_ ? trace_ : nullptr;
     root_->queue(params.value(mx.param), params.values_bf16() + p.offset, params.grad(mx.param), m_.data() + mx.offset,
                  mx.rows, mx.cols, h.lr, wd, opt_, p.info.name, sr, static_cast<int>(k), control_.data(),
                  stats_.data() + k, fault_.data(), stream_, trace);
@@ -222,7 +222,7 @@ std::vector<RootStepInfo> DeviceRoot::last_step_info() const {
   return out;
 }
 
-void DeviceRoot::trace_first_ns(int k, NsFirstStepOperands* out) {
+void DeviceRoot::trace_ns(int k, NsTrace* out) {
   FP4_CHECK(k >= 0 && static_cast<size_t>(k) < roots_.size(), name(), " (CUDA): no ROOT matrix ", k);
   trace_k_ = k;
   trace_ = out;

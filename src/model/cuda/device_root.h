@@ -61,10 +61,10 @@ class DeviceRoot {
   std::vector<std::string> root_parameters() const;
   std::vector<std::string> adamw_parameters() const;
   // For tests (synchronize): the momentum of ROOT matrix k, the last step's clipping statistics per
-  // ROOT matrix; trace_first_ns makes the next step copy matrix k's first NS operands (Q-Root) to *out.
+  // ROOT matrix; trace_ns makes the next step copy matrix k's NS operands (Q-Root) to *out.
   void read_momentum(int k, std::span<float> out) const;
   std::vector<RootStepInfo> last_step_info() const;
-  void trace_first_ns(int k, NsFirstStepOperands* out);
+  void trace_ns(int k, NsTrace* out);
 
  private:
   struct Matrix {
@@ -95,7 +95,7 @@ class DeviceRoot {
   DeviceBuffer<RootDeviceStats> stats_;
   DeviceBuffer<RootFault> fault_;
   int trace_k_ = -1;
-  NsFirstStepOperands* trace_ = nullptr;
+  NsTrace* trace_ = nullptr;
 };
 
 }  // namespace fp4::cuda

@@ -131,8 +131,8 @@ void NewtonSchulzCuda::reserve(int64_t wide, int64_t gram) {
 }
 
 void NewtonSchulzCuda::quantize(const float* x, int64_t rows, int64_t cols, BlockShape block, const NsOptions& opt,
-                                uint64_t operand, int slot, float* deq, cudaStream_t stream,
-                                NsFirstStepOperands* first_step) {
+                                int step, int slot, float* deq, cudaStream_t stream, NsTrace* trace) {
+  const uint64_t operand = static_cast<uint64_t>(step) * 4 + static_cast<uint64_t>(slot);
   QuantSpec spec;
   spec.format = QuantFormat::kNvfp4;
   spec.block = block;
@@ -151,14 +151,15 @@ void NewtonSchulzCuda::quantize(const float* x, int64_t rows, int64_t cols, Bloc
   view.outer_mode = OuterScale::kTensor;
   amax_nvfp4_cuda(in, spec, rnd, amax_.data(), stream);
   quantize_nvfp4_cuda(in, spec, rnd, view, amax_.data(), nullptr, DequantOutput{deq, QuantIoType::kF32, true}, stream);
-  if (first_step == nullptr) return;
+  if (trace == nullptr) return;
   // Tests only: the operand as the host sees it.
   FP4_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const auto s = static_cast<size_t>(slot);
+  const auto s = static_cast<size_t>(slot), k = static_cast<size_t>(step);
   const auto n = static_cast<size_t>(rows * cols);
-  first_step->inputs[s].resize(n);
-  FP4_CUDA_CHECK(cudaMemcpy(first_step->inputs[s].data(), x, n * sizeof(float), cudaMemcpyDeviceToHost));
-  Nvfp4Tensor& t = first_step->operands[s];
+  std::vector<float>& host_x = trace->inputs[k][s];
+  host_x.resize(n);
+  FP4_CUDA_CHECK(cudaMemcpy(host_x.data(), x, n * sizeof(float), cudaMemcpyDeviceToHost));
+  Nvfp4Tensor& t = trace->operands[k][s];
   t = Nvfp4Tensor{};
   t.rows = rows;
   t.cols = cols;
@@ -174,7 +175,7 @@ void NewtonSchulzCuda::quantize(const float* x, int64_t rows, int64_t cols, Bloc
 }
 
 void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsOptions& opt, float* out,
-                           NsDeviceResult* result, cudaStream_t stream, NsFirstStepOperands* first_step) {
+                           NsDeviceResult* result, cudaStream_t stream, NsTrace* trace) {
   FP4_CHECK(rows > 0 && cols > 0, "newton_schulz (CUDA): empty matrix [", rows, " x ", cols, "]");
   FP4_CHECK(opt.steps >= 0 && opt.steps <= 16, "newton_schulz (CUDA): steps must be in [0, 16], got ", opt.steps);
   FP4_CHECK(opt.precision == precision_, "newton_schulz (CUDA): built for ",
@@ -182,7 +183,7 @@ void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsO
   FP4_CHECK(rows < (int64_t{1} << 30) / std::max<int64_t>(cols, 1), "newton_schulz (CUDA): matrix [", rows, " x ",
             cols, "] is too large for 32-bit GEMM sizes");
   const bool q = precision_ == NsPrecision::kNvfp4;
-  FP4_CHECK(first_step == nullptr || q, "newton_schulz (CUDA): first-step operands exist with NVFP4 operands only");
+  FP4_CHECK(trace == nullptr || q, "newton_schulz (CUDA): a trace of the operands needs NVFP4 operands");
   const bool tall = rows > cols;
   const int64_t r0 = tall ? cols : rows, c0 = tall ? rows : cols;
   const int64_t r = q ? round_up16(r0) : r0, c = q ? round_up16(c0) : c0;
@@ -193,17 +194,18 @@ void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsO
   sum_squares(b, rows * cols, partials_.data(), &result->input_sumsq, inv_.data(), opt.norm_eps, stream);
   load_kernel<<<grid_for(r * c), kThreads, 0, stream>>>(b, rows, cols, tall, r, c, inv_.data(), x_.data());
   FP4_CUDA_CHECK_LAUNCH("load_kernel");
-  if (first_step) {
-    first_step->r = r;
-    first_step->c = c;
+  if (trace) {
+    *trace = NsTrace{};
+    trace->r = r;
+    trace->c = c;
+    trace->inputs.resize(static_cast<size_t>(opt.steps));
+    trace->operands.resize(static_cast<size_t>(opt.steps));
   }
   for (int s = 0; s < opt.steps; ++s) {
-    const uint64_t op = static_cast<uint64_t>(s) * 4;
-    NsFirstStepOperands* trace = s == 0 ? first_step : nullptr;
     // A = X X^T (one quantized X along c serves both operands).
     const float* xa = x_.data();
     if (q) {
-      quantize(x_.data(), r, c, BlockShape::k1x16, opt, op, 0, xq_.data(), stream, trace);
+      quantize(x_.data(), r, c, BlockShape::k1x16, opt, s, 0, xq_.data(), stream, trace);
       xa = xq_.data();
     }
     gemm_.gemm(false, true, ri, ri, ci, 1.0f, xa, ci, xa, ci, 0.0f, a_.data(), ri, stream);
@@ -212,7 +214,7 @@ void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsO
     // A^2 = A A (A in 16x16 tiles: A^ and A^^T are the same values).
     const float* aa = a_.data();
     if (q) {
-      quantize(a_.data(), r, r, BlockShape::k16x16, opt, op + 1, 1, aq_.data(), stream, trace);
+      quantize(a_.data(), r, r, BlockShape::k16x16, opt, s, 1, aq_.data(), stream, trace);
       aa = aq_.data();
     }
     gemm_.gemm(false, false, ri, ri, ri, 1.0f, aa, ri, aa, ri, 0.0f, a2_.data(), ri, stream);
@@ -220,10 +222,10 @@ void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsO
     FP4_CUDA_CHECK_LAUNCH("poly_kernel");
     // next = a X + P X.
     if (q) {
-      quantize(poly_.data(), r, r, BlockShape::k1x16, opt, op + 2, 2, pq_.data(), stream, trace);
+      quantize(poly_.data(), r, r, BlockShape::k1x16, opt, s, 2, pq_.data(), stream, trace);
       transpose_kernel<<<grid_for(r * c), kThreads, 0, stream>>>(x_.data(), r, c, xt_.data());
       FP4_CUDA_CHECK_LAUNCH("transpose_kernel");
-      quantize(xt_.data(), c, r, BlockShape::k1x16, opt, op + 3, 3, xtq_.data(), stream, trace);
+      quantize(xt_.data(), c, r, BlockShape::k1x16, opt, s, 3, xtq_.data(), stream, trace);
       gemm_.gemm(false, true, ri, ci, ri, 1.0f, pq_.data(), ri, xtq_.data(), ri, k.a, next_.data(), ci, stream,
                  x_.data());
     } else {
@@ -231,6 +233,12 @@ void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsO
                  x_.data());
     }
     std::swap(x_, next_);
+  }
+  if (trace) {
+    FP4_CUDA_CHECK(cudaStreamSynchronize(stream));
+    trace->result.resize(static_cast<size_t>(r * c));
+    FP4_CUDA_CHECK(cudaMemcpy(trace->result.data(), x_.data(), trace->result.size() * sizeof(float),
+                              cudaMemcpyDeviceToHost));
   }
   store_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(x_.data(), rows, cols, tall, c, out);
   FP4_CUDA_CHECK_LAUNCH("store_kernel");

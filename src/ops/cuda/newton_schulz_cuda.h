@@ -27,13 +27,15 @@ struct NsDeviceResult {
   double output_fro2 = 0;
 };
 
-// Q-Root's four operands of the first step, copied to the host when asked (tests): the FP32 matrices
-// that were quantized (X [r x c], A [r x r], P [r x r], X^T [c x r], padded wide orientation) and
-// their NVFP4 forms.
-struct NsFirstStepOperands {
-  std::array<std::vector<float>, 4> inputs;
-  std::array<Nvfp4Tensor, 4> operands;
+// Every quantized operand of a Q-Root NS run, copied to the host when asked (tests): per step s the FP32
+// matrices that were quantized (X_s [r x c], A_s [r x r], P_s [r x r], X_s^T [c x r], in the padded wide
+// orientation) and their NVFP4 forms, then the final iterate [r x c]. With it a test checks each
+// operand's bytes and each product's FP32 arithmetic on the device's own values.
+struct NsTrace {
   int64_t r = 0, c = 0;
+  std::vector<std::array<std::vector<float>, 4>> inputs;
+  std::vector<std::array<Nvfp4Tensor, 4>> operands;
+  std::vector<float> result;
 };
 
 class NewtonSchulzCuda {
@@ -43,16 +45,16 @@ class NewtonSchulzCuda {
   NsPrecision precision() const { return precision_; }
 
   // out[rows x cols] = NS(b) (device, row-major; out may equal b); *result (device) receives the sums.
-  // When first_step is not null (kNvfp4 only) the stream is synchronized to fill it. Throws fp4::Error on
+  // When trace is not null (kNvfp4 only) the stream is synchronized to fill it. Throws fp4::Error on
   // empty or too large shapes, a precision other than the constructor's, or steps outside [0, 16].
   void run(const float* b, int64_t rows, int64_t cols, const NsOptions& opt, float* out, NsDeviceResult* result,
-           cudaStream_t stream, NsFirstStepOperands* first_step = nullptr);
+           cudaStream_t stream, NsTrace* trace = nullptr);
 
  private:
-  // Quantizes x [rows x cols] along cols (Philox sub-stream `operand`), its dequantized FP32 values into
-  // deq; with first_step, also copies x and the operand to first_step's entry `slot`.
-  void quantize(const float* x, int64_t rows, int64_t cols, BlockShape block, const NsOptions& opt, uint64_t operand,
-                int slot, float* deq, cudaStream_t stream, NsFirstStepOperands* first_step);
+  // Quantizes operand `slot` of NS step `step`: x [rows x cols] along cols (Philox sub-stream
+  // 4 step + slot), its dequantized FP32 values into deq; with a trace, also copies x and the operand.
+  void quantize(const float* x, int64_t rows, int64_t cols, BlockShape block, const NsOptions& opt, int step,
+                int slot, float* deq, cudaStream_t stream, NsTrace* trace);
 
   void reserve(int64_t wide, int64_t gram);  // element capacities of the [rp x cp] and [rp x rp] buffers
 

@@ -118,7 +118,7 @@ RootStepCuda::RootStepCuda(int64_t max_numel, NsPrecision precision)
 void RootStepCuda::queue(float* w, bf16* w_bf16, const float* g, float* m, int64_t rows, int64_t cols, float lr,
                          float weight_decay, const RootOptions& opt, const std::string& name, RngStream sr, int index,
                          StepControl* control, RootDeviceStats* stats, RootFault* fault, cudaStream_t stream,
-                         NsFirstStepOperands* first_step) {
+                         NsTrace* trace) {
   check_root_options(opt, name);
   const int64_t n = rows * cols;
   FP4_CHECK(rows > 0 && cols > 0 && n <= max_numel_, name, ": ROOT (CUDA) matrix [", rows, " x ", cols,
@@ -149,7 +149,7 @@ void RootStepCuda::queue(float* w, bf16* w_bf16, const float* g, float* m, int64
   ns.precision = opt.precision;
   ns.rounding = opt.rounding;
   ns.sr = sr;
-  ns_.run(u_.data(), rows, cols, ns, u_.data(), &stats->ns, stream, first_step);
+  ns_.run(u_.data(), rows, cols, ns, u_.data(), &stats->ns, stream, trace);
   check_kernel<<<1, 1, 0, stream>>>(stats, 4.0 * static_cast<double>(std::min(rows, cols)), index, control, fault);
   FP4_CUDA_CHECK_LAUNCH("check_kernel");
 

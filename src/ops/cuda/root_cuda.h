@@ -48,7 +48,7 @@ class RootStepCuda {
   void queue(float* w, bf16* w_bf16, const float* g, float* m, int64_t rows, int64_t cols, float lr,
              float weight_decay, const RootOptions& opt, const std::string& name, RngStream sr, int index,
              StepControl* control, RootDeviceStats* stats, RootFault* fault, cudaStream_t stream,
-             NsFirstStepOperands* first_step = nullptr);
+             NsTrace* trace = nullptr);
 
  private:
   int64_t max_numel_;
