@@ -21,6 +21,21 @@ std::optional<Found> first_set(const EnvLookup& lookup, std::initializer_list<co
   return std::nullopt;
 }
 
+// The variables each launcher sets, in the order they are trusted.
+struct Launcher {
+  const char* name;
+  const char* rank;
+  const char* world;
+  const char* local;
+};
+
+constexpr Launcher kLaunchers[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"MPICH / PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+};
+
 int parse_int(const Found& f) {
   const char* s = f.value.c_str();
   char* end = nullptr;
@@ -36,11 +51,20 @@ int parse_int(const Found& f) {
 
 DistEnv parse_dist_env(const EnvLookup& lookup) {
   DistEnv env;
-  const auto rank = first_set(lookup, {"RANK", "SLURM_PROCID"});
-  const auto world = first_set(lookup, {"WORLD_SIZE", "SLURM_NTASKS"});
-  if (!rank && !world) return env;  // a plain single-process run
-  FP4_CHECK(rank, "environment variable RANK (or SLURM_PROCID) is not set but ", world->name, " is");
-  FP4_CHECK(world, "environment variable WORLD_SIZE (or SLURM_NTASKS) is not set but ", rank->name, " is");
+  // The first launcher whose rank or size variable is set supplies all three numbers, so a job started by
+  // mpirun or torchrun inside a Slurm allocation (whose SLURM_* variables every child inherits) is read
+  // from its own launcher.
+  const Launcher* from = nullptr;
+  for (const Launcher& l : kLaunchers)
+    if (lookup(l.rank) || lookup(l.world)) {
+      from = &l;
+      break;
+    }
+  if (from == nullptr) return env;  // a plain single-process run
+  const auto rank = first_set(lookup, {from->rank});
+  const auto world = first_set(lookup, {from->world});
+  FP4_CHECK(rank, "environment variable ", from->rank, " is not set but ", from->world, " is (", from->name, ")");
+  FP4_CHECK(world, "environment variable ", from->world, " is not set but ", from->rank, " is (", from->name, ")");
   env.launched = true;
   env.rank = parse_int(*rank);
   env.world_size = parse_int(*world);
@@ -48,10 +72,10 @@ DistEnv parse_dist_env(const EnvLookup& lookup) {
   FP4_CHECK(env.rank >= 0 && env.rank < env.world_size, "environment variable ", rank->name, "=", env.rank,
             " is outside [0, ", env.world_size, ") given by ", world->name);
 
-  const auto local = first_set(lookup, {"LOCAL_RANK", "SLURM_LOCALID"});
+  const auto local = first_set(lookup, {from->local});
   if (env.world_size > 1)
-    FP4_CHECK(local, "environment variable LOCAL_RANK (or SLURM_LOCALID) is not set (", rank->name, "=",
-              env.rank, ", ", world->name, "=", env.world_size, ")");
+    FP4_CHECK(local, "environment variable ", from->local, " is not set (", rank->name, "=", env.rank, ", ",
+              world->name, "=", env.world_size, ", ", from->name, ")");
   if (local) {
     env.local_rank = parse_int(*local);
     FP4_CHECK(env.local_rank >= 0 && env.local_rank < env.world_size, "environment variable ", local->name,

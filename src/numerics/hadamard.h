@@ -57,16 +57,20 @@ FP4_HD void rht_segment(float* x, const RhtSigns& signs) {
 FP4_UNROLL
   for (int i = 0; i < N; ++i)
     if (signs.negative(i)) x[i] = -x[i];
+  // Stage s pairs elements h = 2^s apart: pair k is (j, j + h), j = (k / h) 2h + k % h. Every loop has a
+  // constant trip count so nvcc unrolls them all; nested loops bounded by h were left rolled and put x in
+  // local memory (Q-AdamW's device kernels).
+  constexpr int kStages = N == 16 ? 4 : N == 32 ? 5 : N == 64 ? 6 : 7;
+  static_assert(N == 16 || N == 32 || N == 64 || N == 128, "RHT sizes are 16, 32, 64 and 128");
 FP4_UNROLL
-  for (int h = 1; h < N; h <<= 1) {
+  for (int stage = 0; stage < kStages; ++stage) {
+    const int h = 1 << stage;
 FP4_UNROLL
-    for (int i = 0; i < N; i += 2 * h) {
-FP4_UNROLL
-      for (int j = i; j < i + h; ++j) {
-        const float a = x[j], b = x[j + h];
-        x[j] = a + b;
-        x[j + h] = a - b;
-      }
+    for (int k = 0; k < N / 2; ++k) {
+      const int j = (k >> stage) * 2 * h + (k & (h - 1));
+      const float a = x[j], b = x[j + h];
+      x[j] = a + b;
+      x[j + h] = a - b;
     }
   }
   const float norm = rht_norm(N);

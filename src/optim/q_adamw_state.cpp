@@ -3,19 +3,17 @@
 // U8 [tiles, 8] (E4M3 block scales), qadamw.{m,v}.scale.<name> F32 [2] (tensor scale S_dec and amax),
 // qadamw.v.mean.<name> BF16 [tiles] (mean of sqrt(v) per tile), qadamw.step I64 [1] and qadamw.seed I64 [1]
 // (the run seed the SR keys derive from).
-#include <array>
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
 #include "optim/q_adamw.h"
+#include "optim/q_adamw_state.h"
 
 namespace fp4 {
 namespace {
 
 constexpr int64_t kCodeBytes = kQAdamTile / 2, kScaleBytes = kQAdamTile / 16;
-
-int64_t tiles_of(int64_t n) { return (n + kQAdamTile - 1) / kQAdamTile; }
 
 // The seven byte regions of one parameter in the gather buffer, each starting on 8 bytes.
 struct Regions {
@@ -28,7 +26,7 @@ std::vector<Regions> layout(const ParameterSet& ps, size_t& total) {
   std::vector<Regions> out(static_cast<size_t>(ps.size()));
   total = 0;
   for (int i = 0; i < ps.size(); ++i) {
-    const auto t = static_cast<size_t>(tiles_of(ps.at(i).info.numel()));
+    const auto t = static_cast<size_t>(q_adamw_tiles(ps.at(i).info.numel()));
     const size_t sizes[7] = {t * kCodeBytes, t * kScaleBytes, 8, t * kCodeBytes, t * kScaleBytes, 8, t * 2};
     for (int r = 0; r < 7; ++r) {
       out[static_cast<size_t>(i)].at[r] = total;
@@ -38,10 +36,6 @@ std::vector<Regions> layout(const ParameterSet& ps, size_t& total) {
   return out;
 }
 
-const char* kRegionName[7] = {"m.codes.", "m.scales.", "m.scale.", "v.codes.", "v.scales.", "v.scale.", "v.mean."};
-
-std::string tensor_name(int region, const std::string& param) { return std::string("qadamw.") + kRegionName[region] + param; }
-
 StateTensor bytes_tensor(std::string name, const char* dtype, std::vector<int64_t> shape, const uint8_t* p,
                          size_t n) {
   return StateTensor{std::move(name), dtype, std::move(shape), std::vector<uint8_t>(p, p + n)};
@@ -50,6 +44,40 @@ StateTensor bytes_tensor(std::string name, const char* dtype, std::vector<int64_
 void put(uint8_t* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
 
 }  // namespace
+
+std::string q_adamw_tensor_name(int region, const std::string& param) {
+  static const char* const kRegionName[kQAdamStateRegions] = {"m.codes.", "m.scales.", "m.scale.", "v.codes.",
+                                                              "v.scales.", "v.scale.", "v.mean."};
+  FP4_CHECK(region >= 0 && region < kQAdamStateRegions, "q_adamw_tensor_name: region ", region);
+  return std::string("qadamw.") + kRegionName[region] + param;
+}
+
+int64_t q_adamw_tiles(int64_t numel) { return (numel + kQAdamTile - 1) / kQAdamTile; }
+
+QAdamStateTensors require_q_adamw_tensors(const StateIndex& index, const std::string& param, int64_t tiles) {
+  QAdamStateTensors f{};
+  for (int k = 0; k < 2; ++k) {
+    f[static_cast<size_t>(3 * k)] = &index.require(q_adamw_tensor_name(3 * k, param), "U8", {tiles, kCodeBytes});
+    f[static_cast<size_t>(3 * k + 1)] =
+        &index.require(q_adamw_tensor_name(3 * k + 1, param), "U8", {tiles, kScaleBytes});
+    const StateTensor& s = index.require(q_adamw_tensor_name(3 * k + 2, param), "F32", {2});
+    float v[2];
+    std::memcpy(v, s.bytes.data(), sizeof(v));
+    FP4_CHECK(std::isfinite(v[0]) && v[0] >= 0.0f && std::isfinite(v[1]) && v[1] >= 0.0f, "load_state: tensor '",
+              s.name, "' holds scale ", v[0], " and amax ", v[1], " (both must be finite and >= 0)");
+    f[static_cast<size_t>(3 * k + 2)] = &s;
+  }
+  f[6] = &index.require(q_adamw_tensor_name(6, param), "BF16", {tiles});
+  return f;
+}
+
+QAdamSavedCounters require_q_adamw_counters(const StateIndex& index) {
+  QAdamSavedCounters c;
+  std::memcpy(&c.step, index.require(kQAdamStepName, "I64", {1}).bytes.data(), sizeof(c.step));
+  FP4_CHECK(c.step >= 0, "load_state: tensor '", kQAdamStepName, "' holds a negative step ", c.step);
+  std::memcpy(&c.seed, index.require(kQAdamSeedName, "I64", {1}).bytes.data(), sizeof(c.seed));
+  return c;
+}
 
 std::vector<StateTensor> QAdamW::save_state(const ParameterSet& ps) const {
   size_t total = 0;
@@ -79,15 +107,15 @@ std::vector<StateTensor> QAdamW::save_state(const ParameterSet& ps) const {
   for (int i = 0; i < ps.size(); ++i) {
     const std::string& name = ps.at(i).info.name;
     const Regions& r = reg[static_cast<size_t>(i)];
-    const int64_t t = tiles_of(ps.at(i).info.numel());
+    const int64_t t = q_adamw_tiles(ps.at(i).info.numel());
     for (int k = 0; k < 2; ++k) {
-      out.push_back(bytes_tensor(tensor_name(3 * k, name), "U8", {t, kCodeBytes}, buf + r.at[3 * k],
+      out.push_back(bytes_tensor(q_adamw_tensor_name(3 * k, name), "U8", {t, kCodeBytes}, buf + r.at[3 * k],
                                  static_cast<size_t>(t * kCodeBytes)));
-      out.push_back(bytes_tensor(tensor_name(3 * k + 1, name), "U8", {t, kScaleBytes}, buf + r.at[3 * k + 1],
+      out.push_back(bytes_tensor(q_adamw_tensor_name(3 * k + 1, name), "U8", {t, kScaleBytes}, buf + r.at[3 * k + 1],
                                  static_cast<size_t>(t * kScaleBytes)));
-      out.push_back(bytes_tensor(tensor_name(3 * k + 2, name), "F32", {2}, buf + r.at[3 * k + 2], 8));
+      out.push_back(bytes_tensor(q_adamw_tensor_name(3 * k + 2, name), "F32", {2}, buf + r.at[3 * k + 2], 8));
     }
-    out.push_back(bytes_tensor(tensor_name(6, name), "BF16", {t}, buf + r.at[6], static_cast<size_t>(t * 2)));
+    out.push_back(bytes_tensor(q_adamw_tensor_name(6, name), "BF16", {t}, buf + r.at[6], static_cast<size_t>(t * 2)));
   }
   StateTensor step{kQAdamStepName, "I64", {1}, std::vector<uint8_t>(8)};
   std::memcpy(step.bytes.data(), &step_, 8);
@@ -103,34 +131,15 @@ void QAdamW::load_state(const StateIndex& index, const ParameterSet& ps) {
             kAdamStepName, "'), but this run's optimizer is q-adamw (recipe field 'optimizer'); resume with ",
             "the optimizer that wrote it");
   // Every tensor checked before anything changes.
-  std::vector<std::array<const StateTensor*, 7>> found(static_cast<size_t>(ps.size()));
-  for (int i = 0; i < ps.size(); ++i) {
-    const std::string& name = ps.at(i).info.name;
-    const int64_t t = tiles_of(ps.at(i).info.numel());
-    auto& f = found[static_cast<size_t>(i)];
-    for (int k = 0; k < 2; ++k) {
-      f[static_cast<size_t>(3 * k)] = &index.require(tensor_name(3 * k, name), "U8", {t, kCodeBytes});
-      f[static_cast<size_t>(3 * k + 1)] = &index.require(tensor_name(3 * k + 1, name), "U8", {t, kScaleBytes});
-      const StateTensor& s = index.require(tensor_name(3 * k + 2, name), "F32", {2});
-      float v[2];
-      std::memcpy(v, s.bytes.data(), sizeof(v));
-      FP4_CHECK(std::isfinite(v[0]) && v[0] >= 0.0f && std::isfinite(v[1]) && v[1] >= 0.0f, "load_state: tensor '",
-                s.name, "' holds scale ", v[0], " and amax ", v[1], " (both must be finite and >= 0)");
-      f[static_cast<size_t>(3 * k + 2)] = &s;
-    }
-    f[6] = &index.require(tensor_name(6, name), "BF16", {t});
-  }
-  const StateTensor& st = index.require(kQAdamStepName, "I64", {1});
-  int64_t step = 0;
-  std::memcpy(&step, st.bytes.data(), sizeof(step));
-  FP4_CHECK(step >= 0, "load_state: tensor '", kQAdamStepName, "' holds a negative step ", step);
-  uint64_t seed = 0;
-  std::memcpy(&seed, index.require(kQAdamSeedName, "I64", {1}).bytes.data(), sizeof(seed));
+  std::vector<QAdamStateTensors> found;
+  for (int i = 0; i < ps.size(); ++i)
+    found.push_back(require_q_adamw_tensors(index, ps.at(i).info.name, q_adamw_tiles(ps.at(i).info.numel())));
+  const QAdamSavedCounters saved = require_q_adamw_counters(index);
 
   for (Piece& pc : pieces_) {
     const auto& f = found[static_cast<size_t>(pc.param)];
     const auto t0 = static_cast<size_t>(pc.begin / kQAdamTile);
-    const int64_t tiles = tiles_of(pc.end - pc.begin);
+    const int64_t tiles = q_adamw_tiles(pc.end - pc.begin);
     QuantizedMoment* mv[2] = {&pc.m, &pc.v};
     for (int k = 0; k < 2; ++k) {
       Nvfp4Tensor q;
@@ -151,8 +160,8 @@ void QAdamW::load_state(const StateIndex& index, const ParameterSet& ps) {
     pc.v.mean.resize(static_cast<size_t>(tiles));
     std::memcpy(pc.v.mean.data(), mean, static_cast<size_t>(tiles) * 2);
   }
-  step_ = step;
-  seed_ = seed;  // a resumed run keeps drawing the SR bits of the run that wrote the state
+  step_ = saved.step;
+  seed_ = saved.seed;  // a resumed run keeps drawing the SR bits of the run that wrote the state
 }
 
 }  // namespace fp4

@@ -1,5 +1,3 @@
-#include <array>
-#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -7,23 +5,9 @@
 #include "optim/adamw.h"
 #include "optim/q_adamw.h"
 #include "optim/q_adamw_keys.h"
+#include "optim/q_adamw_state.h"
 
 namespace fp4::cuda {
-
-namespace {
-
-int64_t tiles_of(int64_t n) { return (n + kQAdamTileElements - 1) / kQAdamTileElements; }
-
-// QAdamW's seven tensors of a parameter, in save_state's order.
-constexpr int kRegions = 7;
-const char* const kRegionName[kRegions] = {"m.codes.", "m.scales.", "m.scale.", "v.codes.",
-                                           "v.scales.", "v.scale.", "v.mean."};
-
-std::string tensor_name(int region, const std::string& param) {
-  return std::string("qadamw.") + kRegionName[region] + param;
-}
-
-}  // namespace
 
 DeviceQAdamW::DeviceQAdamW(const DeviceParams& params, cudaStream_t stream, uint64_t seed)
     : stream_(stream), seed_(seed), n_params_(params.size()), control_(1) {
@@ -37,7 +21,7 @@ DeviceQAdamW::DeviceQAdamW(const DeviceParams& params, cudaStream_t stream, uint
     t.first_tile = tiles_;
     t.decay = p.info.weight_decay ? 1 : 0;
     FP4_CHECK(t.numel > 0, "q-adamw (CUDA): parameter ", p.info.name, " is empty");
-    tiles_ += tiles_of(t.numel);
+    tiles_ += q_adamw_tiles(t.numel);
     host_tensors_.push_back(t);
     names_.push_back(p.info.name);
     offsets.push_back(p.offset);
@@ -138,17 +122,17 @@ std::vector<StateTensor> DeviceQAdamW::save_state(const DeviceParams& params) co
   for (int i = 0; i < n_params_; ++i) {
     const QAdamTensor& t = host_tensors_[static_cast<size_t>(i)];
     const std::string& name = params.at(i).info.name;
-    const int64_t n = tiles_of(t.numel);
+    const int64_t n = q_adamw_tiles(t.numel);
     for (int k = 0; k < 2; ++k) {
-      out.push_back(StateTensor{tensor_name(3 * k, name), "U8", {n, kQAdamCodeBytes},
+      out.push_back(StateTensor{q_adamw_tensor_name(3 * k, name), "U8", {n, kQAdamCodeBytes},
                                 bytes(codes[k].data() + t.first_tile * kQAdamCodeBytes,
                                       static_cast<size_t>(n * kQAdamCodeBytes))});
-      out.push_back(StateTensor{tensor_name(3 * k + 1, name), "U8", {n, kQAdamScaleBytes},
+      out.push_back(StateTensor{q_adamw_tensor_name(3 * k + 1, name), "U8", {n, kQAdamScaleBytes},
                                 bytes(scales[k].data() + t.first_tile * kQAdamScaleBytes,
                                       static_cast<size_t>(n * kQAdamScaleBytes))});
-      out.push_back(StateTensor{tensor_name(3 * k + 2, name), "F32", {2}, bytes(scale[k].data() + 2 * i, 8)});
+      out.push_back(StateTensor{q_adamw_tensor_name(3 * k + 2, name), "F32", {2}, bytes(scale[k].data() + 2 * i, 8)});
     }
-    out.push_back(StateTensor{tensor_name(6, name), "BF16", {n},
+    out.push_back(StateTensor{q_adamw_tensor_name(6, name), "BF16", {n},
                               bytes(mean.data() + t.first_tile, static_cast<size_t>(n) * 2)});
   }
   out.push_back(StateTensor{kQAdamStepName, "I64", {1}, bytes(&step_, 8)});
@@ -163,28 +147,11 @@ void DeviceQAdamW::load_state(const StateIndex& index, const DeviceParams& param
             kAdamStepName, "'), but this run's optimizer is q-adamw (recipe field 'optimizer'); resume with ",
             "the optimizer that wrote it");
   // Every tensor checked before anything changes (QAdamW::load_state's rules).
-  std::vector<std::array<const StateTensor*, kRegions>> found(static_cast<size_t>(n_params_));
-  for (int i = 0; i < n_params_; ++i) {
-    const std::string& name = params.at(i).info.name;
-    const int64_t n = tiles_of(host_tensors_[static_cast<size_t>(i)].numel);
-    auto& f = found[static_cast<size_t>(i)];
-    for (int k = 0; k < 2; ++k) {
-      f[static_cast<size_t>(3 * k)] = &index.require(tensor_name(3 * k, name), "U8", {n, kQAdamCodeBytes});
-      f[static_cast<size_t>(3 * k + 1)] = &index.require(tensor_name(3 * k + 1, name), "U8", {n, kQAdamScaleBytes});
-      const StateTensor& s = index.require(tensor_name(3 * k + 2, name), "F32", {2});
-      float v[2];
-      std::memcpy(v, s.bytes.data(), sizeof(v));
-      FP4_CHECK(std::isfinite(v[0]) && v[0] >= 0.0f && std::isfinite(v[1]) && v[1] >= 0.0f, "load_state: tensor '",
-                s.name, "' holds scale ", v[0], " and amax ", v[1], " (both must be finite and >= 0)");
-      f[static_cast<size_t>(3 * k + 2)] = &s;
-    }
-    f[6] = &index.require(tensor_name(6, name), "BF16", {n});
-  }
-  int64_t step = 0;
-  std::memcpy(&step, index.require(kQAdamStepName, "I64", {1}).bytes.data(), sizeof(step));
-  FP4_CHECK(step >= 0, "load_state: tensor '", kQAdamStepName, "' holds a negative step ", step);
-  uint64_t seed = 0;
-  std::memcpy(&seed, index.require(kQAdamSeedName, "I64", {1}).bytes.data(), sizeof(seed));
+  std::vector<QAdamStateTensors> found;
+  for (int i = 0; i < n_params_; ++i)
+    found.push_back(require_q_adamw_tensors(index, params.at(i).info.name,
+                                            q_adamw_tiles(host_tensors_[static_cast<size_t>(i)].numel)));
+  const QAdamSavedCounters saved = require_q_adamw_counters(index);
 
   std::vector<uint8_t> codes[2], scales[2];
   std::vector<float> scale[2];
@@ -212,8 +179,8 @@ void DeviceQAdamW::load_state(const StateIndex& index, const DeviceParams& param
     copy_to_device(scale_[k].data(), scale[k].data(), scale[k].size() * sizeof(float), stream_);
   }
   copy_to_device(mean_.data(), mean.data(), mean.size() * sizeof(uint16_t), stream_);
-  step_ = step;
-  seed_ = seed;  // a resumed run keeps drawing the SR bits of the run that wrote the state
+  step_ = saved.step;
+  seed_ = saved.seed;  // a resumed run keeps drawing the SR bits of the run that wrote the state
 }
 
 int64_t DeviceQAdamW::state_bytes() const {

@@ -214,12 +214,17 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const float* __restrict_
   if (s.live) {
     update_group(values, grads, st, tensors[s.ti], s, a, control->clip_coef, m, v, p);
     bool bad_m = false, bad_v = false;
-    for (int e = 0; e < s.valid; ++e) {
+    // Loops over a group run all 16 entries with a predicate: a run-time trip count would put the group's
+    // arrays in local memory.
+FP4_UNROLL
+    for (int e = 0; e < 16; ++e) {
+      if (e >= s.valid) continue;
       bad_m |= !is_finite_f(m[e]);
       bad_v |= !(v[e] >= 0.0f && is_finite_f(v[e]));
     }
     if (bad_m || bad_v) atomicMin(fault, 2u * static_cast<uint32_t>(s.ti) + (bad_m ? 0u : 1u));
     // Non-finite values would poison the mean and the amax; the step is abandoned anyway.
+FP4_UNROLL
     for (int e = 0; e < 16; ++e) {
       if (!is_finite_f(m[e])) m[e] = 0.0f;
       if (!(v[e] >= 0.0f && is_finite_f(v[e]))) v[e] = 0.0f;
@@ -258,11 +263,14 @@ __global__ void __launch_bounds__(kThreads) write_kernel(float* __restrict__ val
   if (!s.live) return;
   const QAdamTensor& t = tensors[s.ti];
   const int64_t base = t.offset + s.tile * kQAdamTileElements + s.g * 16;
-  for (int e = 0; e < s.valid; ++e) {
+FP4_UNROLL
+  for (int e = 0; e < 16; ++e) {
+    if (e >= s.valid) continue;
     values[base + e] = p[e];
     if (values_bf16 != nullptr) values_bf16[base + e] = __float2bfloat16_rn(p[e]);
   }
   const float* x[2] = {xm, xr};
+FP4_UNROLL
   for (int k = 0; k < 2; ++k)
     quantize_group(x[k], amax[2 * s.ti + k], q_adamw_sr_key(a.seed, a.step, s.ti, k), s.tile,
                    st.codes[k] + s.gt * kQAdamCodeBytes + s.g * 8, st.scales[k] + s.gt * kQAdamScaleBytes + s.g);

@@ -111,8 +111,9 @@ __global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(QuantArgs a)
   // streamed 6,000-17,000 distinct instructions once through the instruction caches (the dual quantizer's
   // ncu profile, docs/BENCHMARKS.md sixth session). Rolled, two items' loads are in flight (the one being
   // quantized and the next), one with Four Over Six (its candidate encodings need the registers): within
-  // three thread blocks per SM without spills.
-  constexpr bool kRolled = kBlock128 || kSr || kRht != 0 || kFos;
+  // three thread blocks per SM without spills. FP32 input (two items) stays unrolled: rolled, its block128
+  // RTN form took 29.6 us instead of 27.0 us on 4096 x 4096 (docs/BENCHMARKS.md, seventh session).
+  constexpr bool kRolled = T == QuantIoType::kBF16 && (kBlock128 || kSr || kRht != 0 || kFos);
   constexpr int kAhead = !kRolled ? kItems : kFos ? 1 : 2;
   auto load_item = [&](int s, Raw16<T>& raw) {
     if (b0 + s * kThreads < nblocks)

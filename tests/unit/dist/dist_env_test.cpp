@@ -117,5 +117,50 @@ TEST(DistEnv, SlurmErrorsNameTheSlurmVariable) {
   EXPECT_NE(error_for(vars).find("SLURM_PROCID"), std::string::npos);
 }
 
+
+TEST(DistEnv, ReadsOpenMpiAndMpichVariables) {
+  const auto ompi = parse({{"OMPI_COMM_WORLD_RANK", "6"},
+                           {"OMPI_COMM_WORLD_SIZE", "16"},
+                           {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+                           {"MASTER_ADDR", "h0"},
+                           {"MASTER_PORT", "4000"}});
+  EXPECT_TRUE(ompi.launched);
+  EXPECT_EQ(ompi.rank, 6);
+  EXPECT_EQ(ompi.world_size, 16);
+  EXPECT_EQ(ompi.local_rank, 2);
+  const auto pmi = parse({{"PMI_RANK", "1"},
+                          {"PMI_SIZE", "3"},
+                          {"MPI_LOCALRANKID", "1"},
+                          {"MASTER_ADDR", "h0"},
+                          {"MASTER_PORT", "4000"}});
+  EXPECT_EQ(pmi.rank, 1);
+  EXPECT_EQ(pmi.world_size, 3);
+  EXPECT_EQ(pmi.local_rank, 1);
+}
+
+// mpirun inside a Slurm allocation: every rank inherits the batch step's SLURM_PROCID=0, so the MPI launcher
+// must win, and its numbers are never mixed with Slurm's.
+TEST(DistEnv, MpiInsideSlurmIsReadFromMpiAlone) {
+  Vars vars = {{"SLURM_PROCID", "0"},
+               {"SLURM_NTASKS", "1"},
+               {"SLURM_LOCALID", "0"},
+               {"OMPI_COMM_WORLD_RANK", "3"},
+               {"OMPI_COMM_WORLD_SIZE", "4"},
+               {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
+               {"MASTER_ADDR", "h0"},
+               {"MASTER_PORT", "4000"}};
+  const auto env = parse(vars);
+  EXPECT_EQ(env.rank, 3);
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.local_rank, 3);
+  vars.erase("OMPI_COMM_WORLD_LOCAL_RANK");  // SLURM_LOCALID must not stand in for it
+  EXPECT_NE(error_for(vars).find("OMPI_COMM_WORLD_LOCAL_RANK"), std::string::npos) << error_for(vars);
+  vars["OMPI_COMM_WORLD_LOCAL_RANK"] = "3";
+  vars.erase("OMPI_COMM_WORLD_SIZE");  // nor SLURM_NTASKS for the size
+  const std::string msg = error_for(vars);
+  EXPECT_NE(msg.find("OMPI_COMM_WORLD_SIZE"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Open MPI"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace fp4

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <mutex>
 #include <random>
 
@@ -335,6 +336,33 @@ TEST(QAdamW, RefusesForeignOrBrokenStates) {
       },
       Error);
   EXPECT_EQ(q.decoded_second_moment(), before);  // nothing changed
+  EXPECT_EQ(q.step_count(), 1);
+  // A scale tensor holding NaN or a negative amax, and a negative step count, are named and change nothing.
+  const std::vector<StateTensor> good = q.save_state(ps);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::pair<const char*, float> bad_scales[] = {{"qadamw.m.scale.e", nan}, {"qadamw.v.scale.e", -1.0f}};
+  for (const auto& [name, value] : bad_scales) {
+    std::vector<StateTensor> broken = good;
+    for (auto& t : broken)
+      if (t.name == name) std::memcpy(t.bytes.data() + 4 * (value < 0.0f ? 1 : 0), &value, 4);
+    try {
+      q.load_state(StateIndex(broken), ps);
+      ADD_FAILURE() << name << " = " << value << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(name));
+    }
+  }
+  std::vector<StateTensor> negative = good;
+  const int64_t minus_one = -1;
+  for (auto& t : negative)
+    if (t.name == "qadamw.step") std::memcpy(t.bytes.data(), &minus_one, 8);
+  try {
+    q.load_state(StateIndex(negative), ps);
+    ADD_FAILURE() << "a negative step was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("qadamw.step"));
+  }
+  EXPECT_EQ(q.decoded_second_moment(), before);
   EXPECT_EQ(q.step_count(), 1);
   EXPECT_THROW(make_optimizer("q-adam", ps, {}, 1), Error);
   try {
