@@ -12,6 +12,7 @@
 #include "model/cuda/device_adamw.h"
 #include "model/cuda/device_params.h"
 #include "model/cuda/device_q_adamw.h"
+#include "model/cuda/device_root.h"
 #include "model/olmo2.h"
 #include "nn/out_control.h"
 #include "ops/cuda/elementwise_cuda.h"
@@ -92,10 +93,10 @@ class CudaEngine final : public TrainingEngine,
  public:
   CudaEngine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed, int device)
       : device_(select_device(device)), cfg_(cfg), uploader_(stream_.get()), sums_(2) {
-    // ROOT's device kernels are not written yet: root and q-root run on the CPU engine only.
-    FP4_CHECK(recipe.optimizer == "adamw" || recipe.optimizer == "q-adamw", "recipe ", recipe.name,
-              ": optimizer = \"", recipe.optimizer, "\" is not available in the CUDA engine (adamw and q-adamw only; ",
-              "root and q-root run on the CPU engine: device = \"cpu\", or set the recipe field optimizer = \"adamw\")");
+    FP4_CHECK(recipe.optimizer == "adamw" || recipe.optimizer == "q-adamw" || recipe.optimizer == "root" ||
+                  recipe.optimizer == "q-root",
+              "recipe ", recipe.name, ": optimizer = \"", recipe.optimizer, "\" is not available in the CUDA engine ",
+              "(adamw, q-adamw, root and q-root only; set the recipe field optimizer)");
     FP4_CHECK(!recipe.attention.q_attn, "recipe ", recipe.name, ": attention.q_attn (NVFP4 attention) runs on ",
               "the CPU engine only so far; use the cpu device or set attention.q_attn=false");
     FP4_CHECK(!recipe.lora_svd.enabled, "recipe ", recipe.name, ": lora_svd (LoRA-SVD projections) runs on the ",
@@ -112,6 +113,9 @@ class CudaEngine final : public TrainingEngine,
     }
     if (recipe.optimizer == "q-adamw")
       qadam_ = std::make_unique<cuda::DeviceQAdamW>(*params_, stream_.get(), seed);
+    else if (recipe.optimizer == "root" || recipe.optimizer == "q-root")
+      root_ = std::make_unique<cuda::DeviceRoot>(*params_, stream_.get(), seed,
+                                                 recipe.optimizer == "q-root" ? NsPrecision::kNvfp4 : NsPrecision::kFp32);
     else
       adam_ = std::make_unique<cuda::DeviceAdamW>(*params_, stream_.get());
     model_ = std::make_unique<cuda::CudaOlmo2>(cfg_, recipe, *params_, gemm_, stream_.get());
@@ -138,12 +142,14 @@ class CudaEngine final : public TrainingEngine,
     if (comm_) overlap_ ? wait_for_reductions() : reduce_gradients();
     if (qadam_)
       qadam_->queue_step(*params_, hyper, sums_.data());
+    else if (root_)
+      root_->queue_step(*params_, hyper, sums_.data());
     else
       adam_->queue_step(*params_, hyper, sums_.data());
     if (comm_) gather_parameters();
     const StepStats stats = finish(where, total);
     end_out_control_step(step);
-    qadam_ ? qadam_->commit_step() : adam_->commit_step();
+    qadam_ ? qadam_->commit_step() : root_ ? root_->commit_step() : adam_->commit_step();
     return stats;
   }
 
@@ -151,6 +157,10 @@ class CudaEngine final : public TrainingEngine,
     set_device();
     FP4_CHECK(!qadam_, "CUDA engine: optimizer = \"q-adamw\" (recipe field 'optimizer') runs on one process ",
               "only in the CUDA engine; train without data parallelism, use the cpu device, or set optimizer = ",
+              "\"adamw\"");
+    FP4_CHECK(!root_, "CUDA engine: optimizer = \"", root_ ? root_->name() : std::string(), "\" (recipe field ",
+              "'optimizer') runs on one process only: Newton-Schulz needs each matrix's whole gradient, and data ",
+              "parallelism reduce-scatters gradients to ZeRO-1 shards; train on one process or set optimizer = ",
               "\"adamw\"");
     FP4_CHECK(dp.comm != nullptr && dp.comm->device_memory(), "CUDA engine: data parallelism needs a device ",
               "communicator (got ", dp.comm ? dp.comm->backend() : std::string("none"), ")");
@@ -180,6 +190,8 @@ class CudaEngine final : public TrainingEngine,
     const int64_t total = run_micro_batches(micro_batches, where);
     if (qadam_)
       qadam_->queue_norm(*params_, sums_.data());
+    else if (root_)
+      root_->queue_norm(*params_, sums_.data());
     else
       adam_->queue_norm(*params_, sums_.data());
     return finish(where, total);
@@ -266,8 +278,8 @@ class CudaEngine final : public TrainingEngine,
       params_->read_value(i, buf);
       out.push_back(f32_state_tensor(p.info.name, p.info.shape, buf));
     }
-    if (qadam_) {  // the CPU QAdamW's tensors
-      for (auto& t : qadam_->save_state(*params_)) out.push_back(std::move(t));
+    if (qadam_ || root_) {  // the CPU QAdamW's or RootOptimizer's tensors
+      for (auto& t : qadam_ ? qadam_->save_state(*params_) : root_->save_state(*params_)) out.push_back(std::move(t));
       append_out_control_state(model_->out_control(), out);  // last, as in the CPU engine
       return out;
     }
@@ -294,11 +306,12 @@ class CudaEngine final : public TrainingEngine,
   void load_state(const std::vector<StateTensor>& state) override {
     set_device();
     const StateIndex index(state);
-    if (qadam_) {
+    if (qadam_ || root_) {
       std::vector<const StateTensor*> values;
       for (int i = 0; i < params_->size(); ++i)
         values.push_back(&index.require(params_->at(i).info.name, "F32", params_->at(i).info.shape));
-      qadam_->load_state(index, *params_);  // checks all of its tensors before keeping any
+      // Each checks all of its tensors before keeping any.
+      qadam_ ? qadam_->load_state(index, *params_) : root_->load_state(index, *params_);
       for (int i = 0; i < params_->size(); ++i) {
         const StateTensor* t = values[static_cast<size_t>(i)];
         params_->write_value(i, {reinterpret_cast<const float*>(t->bytes.data()), t->bytes.size() / sizeof(float)});
@@ -354,7 +367,9 @@ class CudaEngine final : public TrainingEngine,
     oc->end_step(step);
   }
 
-  int64_t optimizer_steps() const { return qadam_ ? qadam_->step_count() : adam_->step_count(); }
+  int64_t optimizer_steps() const {
+    return qadam_ ? qadam_->step_count() : root_ ? root_->step_count() : adam_->step_count();
+  }
 
   // A moment of every element on the device (which = 0: m, 1: v); with data parallelism the shards are
   // all-gathered (collective).
@@ -453,7 +468,8 @@ class CudaEngine final : public TrainingEngine,
   // when the loss or a gradient is not finite (the update was skipped on the device).
   StepStats finish(const std::string& where, int64_t total) {
     std::vector<double> sumsq;
-    const cuda::StepControl ctl = qadam_ ? qadam_->read_control(sumsq) : adam_->read_control(sumsq);
+    const cuda::StepControl ctl =
+        qadam_ ? qadam_->read_control(sumsq) : root_ ? root_->read_control(sumsq) : adam_->read_control(sumsq);
     double sums[2];
     cuda::copy_to_host(sums, sums_.data(), sizeof(sums), stream_.get());
     if (!std::isfinite(sums[0]))
@@ -505,6 +521,7 @@ class CudaEngine final : public TrainingEngine,
   std::unique_ptr<cuda::DeviceParams> params_;
   std::unique_ptr<cuda::DeviceAdamW> adam_;    // optimizer = "adamw"
   std::unique_ptr<cuda::DeviceQAdamW> qadam_;  // optimizer = "q-adamw" (one process)
+  std::unique_ptr<cuda::DeviceRoot> root_;     // optimizer = "root" / "q-root" (one process)
   std::unique_ptr<cuda::CudaOlmo2> model_;
   Communicator* comm_ = nullptr;  // data parallelism, when set
   std::vector<IndexRange> shards_;

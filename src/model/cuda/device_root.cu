@@ -1,0 +1,231 @@
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "model/cuda/device_root.h"
+#include "model/engine_common.h"
+#include "optim/adamw.h"
+#include "optim/root_optimizer.h"
+
+namespace fp4::cuda {
+
+DeviceRoot::DeviceRoot(const DeviceParams& params, cudaStream_t stream, uint64_t seed, NsPrecision precision,
+                       RootOptions opt)
+    : stream_(stream), seed_(seed), opt_(opt), n_params_(params.size()), control_(1), fault_(1) {
+  opt_.precision = precision;
+  check_root_options(opt_, "optimizer '" + name() + "' (CUDA)");
+  FP4_CHECK(n_params_ > 0, name(), " (CUDA): no parameters");
+  std::vector<int64_t> offsets, sizes, adam_sizes;
+  std::vector<uint8_t> decay;
+  int64_t root_numel = 0, adam_numel = 0, largest = 0;
+  for (int i = 0; i < n_params_; ++i) {
+    const Parameter& p = params.at(i);
+    names_.push_back(p.info.name);
+    offsets.push_back(p.offset);
+    sizes.push_back(p.info.numel());
+    if (root_eligible(p.info)) {
+      roots_.push_back(Matrix{i, p.info.shape[0], p.info.shape[1], root_numel});
+      root_numel += p.info.numel();
+      largest = std::max(largest, p.info.numel());
+    } else {
+      adams_.push_back(AdamPart{i, adam_numel});
+      adam_numel += p.info.numel();
+      adam_sizes.push_back(p.info.numel());
+      decay.push_back(p.info.weight_decay ? 1 : 0);
+    }
+  }
+  // Norm and clipping over every parameter, as the engines clip.
+  std::vector<int32_t> first;
+  const std::vector<ParamChunk> chunks = make_param_chunks(offsets, sizes, first);
+  n_chunks_ = static_cast<int>(chunks.size());
+  chunks_ = DeviceBuffer<ParamChunk>(std::max<size_t>(chunks.size(), 1));
+  if (!chunks.empty()) copy_to_device(chunks_.data(), chunks.data(), chunks.size() * sizeof(ParamChunk), stream_);
+  first_chunk_ = DeviceBuffer<int32_t>(first.size());
+  copy_to_device(first_chunk_.data(), first.data(), first.size() * sizeof(int32_t), stream_);
+  chunk_partials_ = DeviceBuffer<double>(std::max<size_t>(chunks.size(), 1));
+  param_sumsq_ = DeviceBuffer<double>(static_cast<size_t>(n_params_));
+
+  // AdamW parameter j is launched alone: its chunks start at 0 (relative to its value, gradient and
+  // moments), and chunk.param = j picks its decay flag.
+  const std::vector<int64_t> zero(adam_sizes.size(), 0);
+  std::vector<ParamChunk> achunks = make_param_chunks(zero, adam_sizes, adam_first_);
+  adam_chunks_ = DeviceBuffer<ParamChunk>(std::max<size_t>(achunks.size(), 1));
+  if (!achunks.empty())
+    copy_to_device(adam_chunks_.data(), achunks.data(), achunks.size() * sizeof(ParamChunk), stream_);
+  adam_decay_ = DeviceBuffer<uint8_t>(std::max<size_t>(decay.size(), 1));
+  if (!decay.empty()) copy_to_device(adam_decay_.data(), decay.data(), decay.size(), stream_);
+
+  m_ = DeviceBuffer<float>(static_cast<size_t>(root_numel));
+  am_ = DeviceBuffer<float>(static_cast<size_t>(adam_numel));
+  av_ = DeviceBuffer<float>(static_cast<size_t>(adam_numel));
+  for (DeviceBuffer<float>* b : {&m_, &am_, &av_})
+    if (b->size() > 0) FP4_CUDA_CHECK(cudaMemsetAsync(b->data(), 0, b->bytes(), stream_));
+  stats_ = DeviceBuffer<RootDeviceStats>(std::max<size_t>(roots_.size(), 1));
+  FP4_CUDA_CHECK(cudaMemsetAsync(stats_.data(), 0, stats_.bytes(), stream_));
+  FP4_CUDA_CHECK(cudaMemsetAsync(fault_.data(), 0, fault_.bytes(), stream_));
+  if (!roots_.empty()) root_ = std::make_unique<RootStepCuda>(largest, opt_.precision);
+}
+
+void DeviceRoot::queue_step(DeviceParams& params, const StepHyper& h, const double* loss_sums) {
+  FP4_CHECK(params.size() == n_params_, name(), " (CUDA) step: built for ", n_params_, " parameters, given ",
+            params.size());
+  check_adamw_hyper(h);  // lr and weight decay are shared; betas and eps matter to the AdamW part only
+  FP4_CUDA_CHECK(cudaMemsetAsync(stats_.data(), 0, stats_.bytes(), stream_));
+  FP4_CUDA_CHECK(cudaMemsetAsync(fault_.data(), 0, fault_.bytes(), stream_));
+  grad_norm_and_clip(params.grads(), chunks_.data(), n_chunks_, first_chunk_.data(), n_params_,
+                     chunk_partials_.data(), param_sumsq_.data(), loss_sums, h.grad_clip, control_.data(), stream_);
+  for (size_t k = 0; k < roots_.size(); ++k) {
+    const Matrix& mx = roots_[k];
+    const Parameter& p = params.at(mx.param);
+    const float wd = p.info.weight_decay ? h.weight_decay : 0.0f;
+    // RootMatrix's SR stream: (seed, parameter index, the matrix's step count before this step).
+    const RngStream sr{seed_, make_stream(static_cast<uint32_t>(mx.param), static_cast<uint32_t>(step_), 0x52)};
+    NsTrace* trace = static_cast<int>(k) == trace_k_ ? trace_ : nullptr;
+    root_->queue(params.value(mx.param), params.values_bf16() + p.offset, params.grad(mx.param), m_.data() + mx.offset,
+                 mx.rows, mx.cols, h.lr, wd, opt_, p.info.name, sr, static_cast<int>(k), control_.data(),
+                 stats_.data() + k, fault_.data(), stream_, trace);
+  }
+  trace_k_ = -1;
+  trace_ = nullptr;
+  const cpu::AdamWArgs args = adamw_args(h, adam_step_ + 1);  // weight decay per parameter: adam_decay_
+  for (size_t j = 0; j < adams_.size(); ++j) {
+    const Parameter& p = params.at(adams_[j].param);
+    const int32_t c0 = adam_first_[j], c1 = adam_first_[j + 1];
+    adamw_step(params.values() + p.offset, am_.data() + adams_[j].offset, av_.data() + adams_[j].offset,
+               params.grads() + p.offset, params.values_bf16() + p.offset, adam_chunks_.data() + c0, c1 - c0,
+               adam_decay_.data(), args, control_.data(), stream_);
+  }
+}
+
+void DeviceRoot::commit_step() {
+  ++step_;
+  ++adam_step_;
+}
+
+void DeviceRoot::queue_norm(const DeviceParams& params, const double* loss_sums) {
+  FP4_CUDA_CHECK(cudaMemsetAsync(fault_.data(), 0, fault_.bytes(), stream_));  // no update was queued
+  grad_norm_and_clip(params.grads(), chunks_.data(), n_chunks_, first_chunk_.data(), n_params_,
+                     chunk_partials_.data(), param_sumsq_.data(), loss_sums, 0.0f, control_.data(), stream_);
+}
+
+StepControl DeviceRoot::read_control(std::vector<double>& param_sumsq) const {
+  param_sumsq.assign(static_cast<size_t>(n_params_), 0.0);
+  FP4_CUDA_CHECK(cudaMemcpyAsync(param_sumsq.data(), param_sumsq_.data(), param_sumsq.size() * sizeof(double),
+                                 cudaMemcpyDeviceToHost, stream_));
+  RootFault fault;
+  FP4_CUDA_CHECK(cudaMemcpyAsync(&fault, fault_.data(), sizeof(fault), cudaMemcpyDeviceToHost, stream_));
+  StepControl ctl;
+  copy_to_host(&ctl, control_.data(), sizeof(ctl), stream_);
+  if (fault.kind != kRootNoFault) {
+    const auto k = static_cast<size_t>(fault.matrix);
+    FP4_CHECK(k < roots_.size(), name(), " (CUDA): a fault names matrix ", fault.matrix, " of ", roots_.size());
+    const Matrix& mx = roots_[k];
+    const std::string& who = names_[static_cast<size_t>(mx.param)];
+    const std::string left = "; this matrix, the ones after it and the AdamW parameters were left unchanged";
+    if (fault.kind == kRootNonFiniteNsInput)
+      FP4_THROW(who, ": ROOT's Newton-Schulz input [", mx.rows, " x ", mx.cols,
+                "] has non-finite values (sum of squares ", fault.value, ")", left);
+    FP4_THROW(who, ": ROOT's Newton-Schulz diverged (|X|_F^2 = ", fault.value, " for a [", mx.rows, " x ", mx.cols,
+              "] matrix, expected about ", std::min(mx.rows, mx.cols),
+              "); use coefficients stable at this precision", left);
+  }
+  return ctl;
+}
+
+std::vector<StateTensor> DeviceRoot::save_state(const DeviceParams& params) const {
+  FP4_CHECK(params.size() == n_params_, name(), " (CUDA) save_state: ", params.size(), " parameters, the state has ",
+            n_params_);
+  auto tensor = [&](std::string tname, const ParameterInfo& info, const float* src) {
+    StateTensor t{std::move(tname), "F32", info.shape, std::vector<uint8_t>(static_cast<size_t>(info.numel()) * 4)};
+    if (!t.bytes.empty()) copy_to_host(t.bytes.data(), src, t.bytes.size(), stream_);
+    return t;
+  };
+  std::vector<StateTensor> out;
+  for (const Matrix& mx : roots_) {
+    const ParameterInfo& info = params.at(mx.param).info;
+    out.push_back(tensor(kRootMomentPrefix + info.name, info, m_.data() + mx.offset));
+  }
+  StateTensor step{kRootStepName, "I64", {1}, std::vector<uint8_t>(8)};
+  std::memcpy(step.bytes.data(), &step_, 8);
+  out.push_back(std::move(step));
+  for (const AdamPart& a : adams_) {
+    const ParameterInfo& info = params.at(a.param).info;
+    out.push_back(tensor(kAdamMomentPrefix[0] + info.name, info, am_.data() + a.offset));
+    out.push_back(tensor(kAdamMomentPrefix[1] + info.name, info, av_.data() + a.offset));
+  }
+  out.push_back(adam_step_tensor(adam_step_));
+  return out;
+}
+
+void DeviceRoot::load_state(const StateIndex& index, const DeviceParams& params) {
+  FP4_CHECK(params.size() == n_params_, name(), " (CUDA) load_state: ", params.size(), " parameters, the state has ",
+            n_params_);
+  FP4_CHECK(index.has(kRootStepName), "load_state: the state has no '", kRootStepName, "' (it was written by ",
+            index.has("qadamw.step") ? "q-adamw" : "another optimizer", "), but this run's optimizer is ", name(),
+            " (recipe field 'optimizer'); resume with the optimizer that wrote it");
+  // Every tensor checked before anything changes.
+  int64_t step = 0;
+  std::memcpy(&step, index.require(kRootStepName, "I64", {1}).bytes.data(), 8);
+  FP4_CHECK(step >= 0, "load_state: '", kRootStepName, "' is negative (", step, ")");
+  std::vector<const StateTensor*> moments;
+  for (const Matrix& mx : roots_) {
+    const ParameterInfo& info = params.at(mx.param).info;
+    moments.push_back(&index.require(kRootMomentPrefix + info.name, "F32", info.shape));
+  }
+  std::vector<ParameterInfo> adam_infos;
+  for (const AdamPart& a : adams_) adam_infos.push_back(params.at(a.param).info);
+  const AdamState adam = find_adam_state(index, adam_infos);
+
+  for (size_t k = 0; k < roots_.size(); ++k)
+    copy_to_device(m_.data() + roots_[k].offset, moments[k]->bytes.data(), moments[k]->bytes.size(), stream_);
+  for (size_t j = 0; j < adams_.size(); ++j) {
+    copy_to_device(am_.data() + adams_[j].offset, adam.m[j]->bytes.data(), adam.m[j]->bytes.size(), stream_);
+    copy_to_device(av_.data() + adams_[j].offset, adam.v[j]->bytes.data(), adam.v[j]->bytes.size(), stream_);
+  }
+  step_ = step;
+  adam_step_ = adam.step;
+}
+
+int64_t DeviceRoot::state_bytes() const {
+  return static_cast<int64_t>(m_.bytes() + am_.bytes() + av_.bytes());
+}
+
+std::vector<std::string> DeviceRoot::root_parameters() const {
+  std::vector<std::string> out;
+  for (const Matrix& mx : roots_) out.push_back(names_[static_cast<size_t>(mx.param)]);
+  return out;
+}
+
+std::vector<std::string> DeviceRoot::adamw_parameters() const {
+  std::vector<std::string> out;
+  for (const AdamPart& a : adams_) out.push_back(names_[static_cast<size_t>(a.param)]);
+  return out;
+}
+
+void DeviceRoot::read_momentum(int k, std::span<float> out) const {
+  FP4_CHECK(k >= 0 && static_cast<size_t>(k) < roots_.size(), name(), " (CUDA): no ROOT matrix ", k);
+  const Matrix& mx = roots_[static_cast<size_t>(k)];
+  FP4_CHECK(static_cast<int64_t>(out.size()) == mx.rows * mx.cols, name(), " (CUDA): momentum of ",
+            names_[static_cast<size_t>(mx.param)], " needs ", mx.rows * mx.cols, " floats, got ", out.size());
+  copy_to_host(out.data(), m_.data() + mx.offset, out.size_bytes(), stream_);
+}
+
+std::vector<RootStepInfo> DeviceRoot::last_step_info() const {
+  std::vector<RootDeviceStats> stats(roots_.size());
+  if (!stats.empty()) copy_to_host(stats.data(), stats_.data(), stats.size() * sizeof(RootDeviceStats), stream_);
+  std::vector<RootStepInfo> out(stats.size());
+  for (size_t k = 0; k < stats.size(); ++k) {
+    out[k].clip_eps = stats[k].clip_eps;
+    out[k].clipped = static_cast<int64_t>(stats[k].clipped);
+  }
+  return out;
+}
+
+void DeviceRoot::trace_ns(int k, NsTrace* out) {
+  FP4_CHECK(k >= 0 && static_cast<size_t>(k) < roots_.size(), name(), " (CUDA): no ROOT matrix ", k);
+  trace_k_ = k;
+  trace_ = out;
+}
+
+}  // namespace fp4::cuda

@@ -1,0 +1,101 @@
+// DeviceRoot: the CPU RootOptimizer (optim/root_optimizer.h) on the GPU for one process. Every
+// root_eligible matrix is stepped by ROOT / Q-Root on the device (ops/cuda/root_cuda.h) with FP32 momentum
+// in one flat buffer; every other parameter (embedding, head, norm gains) by AdamW (ops/cuda/adamw_cuda.h)
+// with compact FP32 moments. The global gradient norm, clipping factor and non-finite check are
+// DeviceAdamW's, over all parameters, as the engines clip before the optimizer. Checkpoints use
+// RootOptimizer's tensor names and layout, so a state moves between the CPU and CUDA engines.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/cuda/device_params.h"
+#include "model/engine.h"
+#include "model/state_index.h"
+#include "ops/cuda/adamw_cuda.h"
+#include "ops/cuda/root_cuda.h"
+#include "optim/root.h"
+
+namespace fp4::cuda {
+
+class DeviceRoot {
+ public:
+  // precision kFp32: "root", kNvfp4: "q-root" (opt.precision is overwritten). `seed` is the run seed of
+  // Q-Root's SR streams. Throws fp4::Error for options out of range.
+  DeviceRoot(const DeviceParams& params, cudaStream_t stream, uint64_t seed, NsPrecision precision,
+             RootOptions opt = {});
+
+  std::string name() const { return opt_.precision == NsPrecision::kNvfp4 ? "q-root" : "root"; }
+  const RootOptions& options() const { return opt_; }
+
+  // Checks the hyper-parameters (the CPU's rules), then queues the norm, the clipping factor, the ROOT
+  // step of every ROOT matrix and the AdamW update of the rest, for step step_count() + 1. Nothing is
+  // updated when a gradient or loss_sums[0] is not finite; a ROOT failure stops the step at that matrix
+  // (see read_control). Counted only by commit_step().
+  void queue_step(DeviceParams& params, const StepHyper& hyper, const double* loss_sums);
+  void commit_step();
+  // Queues only the gradient norms and the non-finite check.
+  void queue_norm(const DeviceParams& params, const double* loss_sums);
+
+  // The last queued step's control and per-parameter gradient sums of squares (synchronizes). Throws
+  // fp4::Error naming the matrix when its Newton-Schulz input was not finite or NS diverged: that matrix,
+  // those after it and the AdamW parameters were left unchanged (the ones before it were stepped, as on
+  // the CPU).
+  StepControl read_control(std::vector<double>& param_sumsq) const;
+
+  int64_t step_count() const { return step_; }
+
+  // RootOptimizer::save_state's tensors in its order: root.m.<name>..., root.step, then AdamW's
+  // adamw.m/v.<name> of the AdamW parameters and adamw.step.
+  std::vector<StateTensor> save_state(const DeviceParams& params) const;
+  // RootOptimizer::load_state's checks (every tensor before anything changes), then the bytes to the device.
+  void load_state(const StateIndex& index, const DeviceParams& params);
+  int64_t state_bytes() const;
+
+  // Names of the ROOT and AdamW parameters, in parameter order.
+  std::vector<std::string> root_parameters() const;
+  std::vector<std::string> adamw_parameters() const;
+  // For tests (synchronize): the momentum of ROOT matrix k, the last step's clipping statistics per
+  // ROOT matrix; trace_ns makes the next step copy matrix k's NS operands (Q-Root) to *out.
+  void read_momentum(int k, std::span<float> out) const;
+  std::vector<RootStepInfo> last_step_info() const;
+  void trace_ns(int k, NsTrace* out);
+
+ private:
+  struct Matrix {
+    int param;
+    int64_t rows, cols, offset;  // offset into m_
+  };
+  struct AdamPart {
+    int param;
+    int64_t offset;  // into am_ / av_
+  };
+
+  cudaStream_t stream_;
+  uint64_t seed_;
+  RootOptions opt_;
+  int64_t step_ = 0, adam_step_ = 0;
+  int n_params_ = 0, n_chunks_ = 0;
+  std::vector<std::string> names_;
+  std::vector<Matrix> roots_;
+  std::vector<AdamPart> adams_;
+  std::vector<int32_t> adam_first_;  // AdamW parameter j owns adam_chunks_[adam_first_[j], adam_first_[j+1])
+  std::unique_ptr<RootStepCuda> root_;
+  DeviceBuffer<float> m_, am_, av_;
+  DeviceBuffer<ParamChunk> chunks_, adam_chunks_;
+  DeviceBuffer<int32_t> first_chunk_;
+  DeviceBuffer<uint8_t> adam_decay_;
+  DeviceBuffer<double> chunk_partials_, param_sumsq_;
+  DeviceBuffer<StepControl> control_;
+  DeviceBuffer<RootDeviceStats> stats_;
+  DeviceBuffer<RootFault> fault_;
+  int trace_k_ = -1;
+  NsTrace* trace_ = nullptr;
+};
+
+}  // namespace fp4::cuda

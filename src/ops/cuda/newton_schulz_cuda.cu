@@ -1,0 +1,248 @@
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "core/error.h"
+#include "ops/cuda/newton_schulz_cuda.h"
+
+namespace fp4::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kSumBlocks = 240;  // fixed, so every sum of squares adds in the same order
+
+int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
+unsigned grid_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+
+// Per-block double sums of x[i]^2 (each square is exact in double), grid-stride in a fixed order.
+__global__ void sumsq_partials_kernel(const float* __restrict__ x, int64_t n, double* __restrict__ partials) {
+  __shared__ double sh[kThreads];
+  double s = 0.0;
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{kThreads} * gridDim.x) {
+    const double v = x[i];
+    s = __dadd_rn(s, __dmul_rn(v, v));
+  }
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) sh[threadIdx.x] = __dadd_rn(sh[threadIdx.x], sh[threadIdx.x + w]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[blockIdx.x] = sh[0];
+}
+
+// *dst = the sum of the partials; when inv is set, *inv = float(1 / (sqrt(sum) + norm_eps)) in double as
+// the CPU forms it.
+__global__ void sum_partials_kernel(const double* __restrict__ partials, int n, double* dst, float* inv,
+                                    float norm_eps) {
+  double s = 0.0;
+  for (int i = 0; i < n; ++i) s = __dadd_rn(s, partials[i]);
+  *dst = s;
+  if (inv != nullptr) *inv = static_cast<float>(__ddiv_rn(1.0, __dadd_rn(__dsqrt_rn(s), static_cast<double>(norm_eps))));
+}
+
+// X [rp x cp] (wide, zero-padded) = b [rows x cols] * inv, transposed when tall.
+__global__ void load_kernel(const float* __restrict__ b, int64_t rows, int64_t cols, bool tall, int64_t rp,
+                            int64_t cp, const float* __restrict__ inv, float* __restrict__ x) {
+  const int64_t r = tall ? cols : rows, c = tall ? rows : cols;
+  const float s = *inv;
+  for (int64_t idx = blockIdx.x * int64_t{kThreads} + threadIdx.x; idx < rp * cp;
+       idx += int64_t{kThreads} * gridDim.x) {
+    const int64_t wi = idx / cp, wj = idx % cp;
+    float v = 0.0f;
+    if (wi < r && wj < c) v = __fmul_rn(tall ? b[wj * cols + wi] : b[wi * cols + wj], s);
+    x[idx] = v;
+  }
+}
+
+// out [rows x cols] from the wide X [rp x cp].
+__global__ void store_kernel(const float* __restrict__ x, int64_t rows, int64_t cols, bool tall, int64_t cp,
+                             float* __restrict__ out) {
+  for (int64_t idx = blockIdx.x * int64_t{kThreads} + threadIdx.x; idx < rows * cols;
+       idx += int64_t{kThreads} * gridDim.x) {
+    const int64_t i = idx / cols, j = idx % cols;
+    out[idx] = tall ? x[j * cp + i] : x[i * cp + j];
+  }
+}
+
+// The lower triangle of A [r x r] from its upper triangle, as the CPU makes A exactly symmetric.
+__global__ void symmetrize_kernel(float* __restrict__ a, int64_t r) {
+  for (int64_t idx = blockIdx.x * int64_t{kThreads} + threadIdx.x; idx < r * r; idx += int64_t{kThreads} * gridDim.x) {
+    const int64_t i = idx / r, j = idx % r;
+    if (j < i) a[idx] = a[j * r + i];
+  }
+}
+
+// P = b A + c A^2, rounded as the CPU's unfused float expression.
+__global__ void poly_kernel(const float* __restrict__ a, const float* __restrict__ a2, float cb, float cc, int64_t n,
+                            float* __restrict__ poly) {
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{kThreads} * gridDim.x)
+    poly[i] = __fadd_rn(__fmul_rn(cb, a[i]), __fmul_rn(cc, a2[i]));
+}
+
+// xt [c x r] = x [r x c]^T.
+__global__ void transpose_kernel(const float* __restrict__ x, int64_t r, int64_t c, float* __restrict__ xt) {
+  for (int64_t idx = blockIdx.x * int64_t{kThreads} + threadIdx.x; idx < r * c; idx += int64_t{kThreads} * gridDim.x) {
+    const int64_t j = idx / r, i = idx % r;
+    xt[idx] = x[i * c + j];
+  }
+}
+
+void sum_squares(const float* x, int64_t n, double* partials, double* dst, float* inv, float norm_eps,
+                 cudaStream_t stream) {
+  sumsq_partials_kernel<<<kSumBlocks, kThreads, 0, stream>>>(x, n, partials);
+  FP4_CUDA_CHECK_LAUNCH("sumsq_partials_kernel");
+  sum_partials_kernel<<<1, 1, 0, stream>>>(partials, kSumBlocks, dst, inv, norm_eps);
+  FP4_CUDA_CHECK_LAUNCH("sum_partials_kernel");
+}
+
+}  // namespace
+
+NewtonSchulzCuda::NewtonSchulzCuda(NsPrecision precision)
+    : precision_(precision), amax_(1), inv_(1), partials_(kSumBlocks) {
+  if (precision_ == NsPrecision::kNvfp4) outer_ = DeviceBuffer<float>(1);
+}
+
+void NewtonSchulzCuda::reserve(int64_t wide, int64_t gram) {
+  const bool q = precision_ == NsPrecision::kNvfp4;
+  if (wide > wide_cap_) {
+    wide_cap_ = wide;
+    x_ = DeviceBuffer<float>(static_cast<size_t>(wide));
+    next_ = DeviceBuffer<float>(static_cast<size_t>(wide));
+    if (q) {
+      xt_ = DeviceBuffer<float>(static_cast<size_t>(wide));
+      xq_ = DeviceBuffer<float>(static_cast<size_t>(wide));
+      xtq_ = DeviceBuffer<float>(static_cast<size_t>(wide));
+      codes_ = DeviceBuffer<uint8_t>(static_cast<size_t>(wide / 2));  // the largest operand is [rp x cp]
+      scales_ = DeviceBuffer<uint8_t>(static_cast<size_t>(wide / 16));
+    }
+  }
+  if (gram > gram_cap_) {
+    gram_cap_ = gram;
+    a_ = DeviceBuffer<float>(static_cast<size_t>(gram));
+    a2_ = DeviceBuffer<float>(static_cast<size_t>(gram));
+    poly_ = DeviceBuffer<float>(static_cast<size_t>(gram));
+    if (q) {
+      aq_ = DeviceBuffer<float>(static_cast<size_t>(gram));
+      pq_ = DeviceBuffer<float>(static_cast<size_t>(gram));
+    }
+  }
+}
+
+void NewtonSchulzCuda::quantize(const float* x, int64_t rows, int64_t cols, BlockShape block, const NsOptions& opt,
+                                int step, int slot, float* deq, cudaStream_t stream, NsTrace* trace) {
+  const uint64_t operand = static_cast<uint64_t>(step) * 4 + static_cast<uint64_t>(slot);
+  QuantSpec spec;
+  spec.format = QuantFormat::kNvfp4;
+  spec.block = block;
+  spec.outer = OuterScale::kTensor;
+  spec.rounding = opt.rounding;
+  QuantRandomness rnd;
+  rnd.sr = RngStream{opt.sr.seed, opt.sr.stream * 64 + operand};
+  const DeviceInput in{x, QuantIoType::kF32, rows, cols};
+  Nvfp4DeviceView view;
+  view.codes = codes_.data();
+  view.scales = scales_.data();
+  view.outer = outer_.data();
+  view.rows = rows;
+  view.cols = cols;
+  view.block = block;
+  view.outer_mode = OuterScale::kTensor;
+  amax_nvfp4_cuda(in, spec, rnd, amax_.data(), stream);
+  quantize_nvfp4_cuda(in, spec, rnd, view, amax_.data(), nullptr, DequantOutput{deq, QuantIoType::kF32, true}, stream);
+  if (trace == nullptr) return;
+  // Tests only: the operand as the host sees it.
+  FP4_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const auto s = static_cast<size_t>(slot), k = static_cast<size_t>(step);
+  const auto n = static_cast<size_t>(rows * cols);
+  std::vector<float>& host_x = trace->inputs[k][s];
+  host_x.resize(n);
+  FP4_CUDA_CHECK(cudaMemcpy(host_x.data(), x, n * sizeof(float), cudaMemcpyDeviceToHost));
+  Nvfp4Tensor& t = trace->operands[k][s];
+  t = Nvfp4Tensor{};
+  t.rows = rows;
+  t.cols = cols;
+  t.block = block;
+  t.outer = OuterScale::kTensor;
+  t.codes.resize(n / 2);
+  t.scales.resize(n / 16);
+  t.outer_scales.resize(1);
+  FP4_CUDA_CHECK(cudaMemcpy(t.codes.data(), codes_.data(), n / 2, cudaMemcpyDeviceToHost));
+  FP4_CUDA_CHECK(cudaMemcpy(t.scales.data(), scales_.data(), n / 16, cudaMemcpyDeviceToHost));
+  FP4_CUDA_CHECK(cudaMemcpy(t.outer_scales.data(), outer_.data(), sizeof(float), cudaMemcpyDeviceToHost));
+  FP4_CUDA_CHECK(cudaMemcpy(&t.amax, amax_.data(), sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsOptions& opt, float* out,
+                           NsDeviceResult* result, cudaStream_t stream, NsTrace* trace) {
+  FP4_CHECK(rows > 0 && cols > 0, "newton_schulz (CUDA): empty matrix [", rows, " x ", cols, "]");
+  FP4_CHECK(opt.steps >= 0 && opt.steps <= 16, "newton_schulz (CUDA): steps must be in [0, 16], got ", opt.steps);
+  FP4_CHECK(opt.precision == precision_, "newton_schulz (CUDA): built for ",
+            precision_ == NsPrecision::kNvfp4 ? "NVFP4" : "FP32", " operands, asked for the other precision");
+  FP4_CHECK(rows < (int64_t{1} << 30) / std::max<int64_t>(cols, 1), "newton_schulz (CUDA): matrix [", rows, " x ",
+            cols, "] is too large for 32-bit GEMM sizes");
+  const bool q = precision_ == NsPrecision::kNvfp4;
+  FP4_CHECK(trace == nullptr || q, "newton_schulz (CUDA): a trace of the operands needs NVFP4 operands");
+  const bool tall = rows > cols;
+  const int64_t r0 = tall ? cols : rows, c0 = tall ? rows : cols;
+  const int64_t r = q ? round_up16(r0) : r0, c = q ? round_up16(c0) : c0;
+  reserve(r * c, r * r);
+  const int ri = static_cast<int>(r), ci = static_cast<int>(c);
+  const NsCoefficients& k = opt.coef;
+
+  sum_squares(b, rows * cols, partials_.data(), &result->input_sumsq, inv_.data(), opt.norm_eps, stream);
+  load_kernel<<<grid_for(r * c), kThreads, 0, stream>>>(b, rows, cols, tall, r, c, inv_.data(), x_.data());
+  FP4_CUDA_CHECK_LAUNCH("load_kernel");
+  if (trace) {
+    *trace = NsTrace{};
+    trace->r = r;
+    trace->c = c;
+    trace->inputs.resize(static_cast<size_t>(opt.steps));
+    trace->operands.resize(static_cast<size_t>(opt.steps));
+  }
+  for (int s = 0; s < opt.steps; ++s) {
+    // A = X X^T (one quantized X along c serves both operands).
+    const float* xa = x_.data();
+    if (q) {
+      quantize(x_.data(), r, c, BlockShape::k1x16, opt, s, 0, xq_.data(), stream, trace);
+      xa = xq_.data();
+    }
+    gemm_.gemm(false, true, ri, ri, ci, 1.0f, xa, ci, xa, ci, 0.0f, a_.data(), ri, stream);
+    symmetrize_kernel<<<grid_for(r * r), kThreads, 0, stream>>>(a_.data(), r);
+    FP4_CUDA_CHECK_LAUNCH("symmetrize_kernel");
+    // A^2 = A A (A in 16x16 tiles: A^ and A^^T are the same values).
+    const float* aa = a_.data();
+    if (q) {
+      quantize(a_.data(), r, r, BlockShape::k16x16, opt, s, 1, aq_.data(), stream, trace);
+      aa = aq_.data();
+    }
+    gemm_.gemm(false, false, ri, ri, ri, 1.0f, aa, ri, aa, ri, 0.0f, a2_.data(), ri, stream);
+    poly_kernel<<<grid_for(r * r), kThreads, 0, stream>>>(a_.data(), a2_.data(), k.b, k.c, r * r, poly_.data());
+    FP4_CUDA_CHECK_LAUNCH("poly_kernel");
+    // next = a X + P X.
+    if (q) {
+      quantize(poly_.data(), r, r, BlockShape::k1x16, opt, s, 2, pq_.data(), stream, trace);
+      transpose_kernel<<<grid_for(r * c), kThreads, 0, stream>>>(x_.data(), r, c, xt_.data());
+      FP4_CUDA_CHECK_LAUNCH("transpose_kernel");
+      quantize(xt_.data(), c, r, BlockShape::k1x16, opt, s, 3, xtq_.data(), stream, trace);
+      gemm_.gemm(false, true, ri, ci, ri, 1.0f, pq_.data(), ri, xtq_.data(), ri, k.a, next_.data(), ci, stream,
+                 x_.data());
+    } else {
+      gemm_.gemm(false, false, ri, ci, ri, 1.0f, poly_.data(), ri, x_.data(), ci, k.a, next_.data(), ci, stream,
+                 x_.data());
+    }
+    std::swap(x_, next_);
+  }
+  if (trace) {
+    FP4_CUDA_CHECK(cudaStreamSynchronize(stream));
+    trace->result.resize(static_cast<size_t>(r * c));
+    FP4_CUDA_CHECK(cudaMemcpy(trace->result.data(), x_.data(), trace->result.size() * sizeof(float),
+                              cudaMemcpyDeviceToHost));
+  }
+  store_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(x_.data(), rows, cols, tall, c, out);
+  FP4_CUDA_CHECK_LAUNCH("store_kernel");
+  sum_squares(out, rows * cols, partials_.data(), &result->output_fro2, nullptr, 0.0f, stream);
+}
+
+}  // namespace fp4::cuda

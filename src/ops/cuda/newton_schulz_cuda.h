@@ -1,0 +1,71 @@
+// Newton-Schulz orthogonalization on the GPU (optim/newton_schulz.h, RECIPES.md section 8.3): the CPU
+// algorithm step for step, on device pointers, queued on a stream without waiting for the host.
+//  - kFp32: every product an FP32 cuBLASLt GEMM (no TF32); the result differs from the CPU's only by
+//    the order of the FP32 sums inside the GEMMs (and of the double sum of squares of the normalization).
+//  - kNvfp4 (Q-Root): each product's operands quantized by the device quantizers (ops/cuda/quantize_cuda.h,
+//    byte-identical to quantize_nvfp4) with the CPU's specs, tiles, zero padding and Philox streams
+//    (operand o of step s draws stream sr.stream * 64 + 4 s + o), dequantized to FP32 and multiplied in FP32.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "numerics/quantize.h"
+#include "ops/cuda/gemm_f32_cublaslt.h"
+#include "ops/cuda/quantize_cuda.h"
+#include "optim/newton_schulz.h"
+
+namespace fp4::cuda {
+
+// What run() found, on the device: the input's sum of squares (not finite: the CPU's "non-finite values"
+// error) and the output's squared Frobenius norm, both in double.
+struct NsDeviceResult {
+  double input_sumsq = 0;
+  double output_fro2 = 0;
+};
+
+// Every quantized operand of a Q-Root NS run, copied to the host when asked (tests): per step s the FP32
+// matrices that were quantized (X_s [r x c], A_s [r x r], P_s [r x r], X_s^T [c x r], in the padded wide
+// orientation) and their NVFP4 forms, then the final iterate [r x c]. With it a test checks each
+// operand's bytes and each product's FP32 arithmetic on the device's own values.
+struct NsTrace {
+  int64_t r = 0, c = 0;
+  std::vector<std::array<std::vector<float>, 4>> inputs;
+  std::vector<std::array<Nvfp4Tensor, 4>> operands;
+  std::vector<float> result;
+};
+
+class NewtonSchulzCuda {
+ public:
+  // The workspace grows on the first run() of a larger shape (that run waits for the device once).
+  explicit NewtonSchulzCuda(NsPrecision precision);
+  NsPrecision precision() const { return precision_; }
+
+  // out[rows x cols] = NS(b) (device, row-major; out may equal b); *result (device) receives the sums.
+  // When trace is not null (kNvfp4 only) the stream is synchronized to fill it. Throws fp4::Error on
+  // empty or too large shapes, a precision other than the constructor's, or steps outside [0, 16].
+  void run(const float* b, int64_t rows, int64_t cols, const NsOptions& opt, float* out, NsDeviceResult* result,
+           cudaStream_t stream, NsTrace* trace = nullptr);
+
+ private:
+  // Quantizes operand `slot` of NS step `step`: x [rows x cols] along cols (Philox sub-stream
+  // 4 step + slot), its dequantized FP32 values into deq; with a trace, also copies x and the operand.
+  void quantize(const float* x, int64_t rows, int64_t cols, BlockShape block, const NsOptions& opt, int step,
+                int slot, float* deq, cudaStream_t stream, NsTrace* trace);
+
+  void reserve(int64_t wide, int64_t gram);  // element capacities of the [rp x cp] and [rp x rp] buffers
+
+  NsPrecision precision_;
+  GemmF32Runner gemm_;
+  int64_t wide_cap_ = 0, gram_cap_ = 0;
+  DeviceBuffer<float> x_, next_, a_, a2_, poly_, xt_;  // wide iterate, its successor, Gram, A^2, P, X^T
+  DeviceBuffer<float> xq_, aq_, pq_, xtq_;             // dequantized NVFP4 operands (kNvfp4)
+  DeviceBuffer<uint8_t> codes_, scales_;               // one NVFP4 operand at a time (kNvfp4)
+  DeviceBuffer<float> outer_, amax_, inv_;
+  DeviceBuffer<double> partials_;
+};
+
+}  // namespace fp4::cuda
