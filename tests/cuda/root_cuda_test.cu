@@ -247,7 +247,8 @@ TEST_P(CudaRootSteps, FiveStepsFollowTheCpuRoot) {
     }
     // Momenta (elementwise, no GEMM) and AdamW moments: the CPU's bytes, in the CPU's tensor names.
     expect_same_state(cpu.save_state(ps), gpu.save_state(dp), where);
-    const StateIndex index(cpu.save_state(ps));
+    const std::vector<StateTensor> cpu_state = cpu.save_state(ps);  // the index points into it
+    const StateIndex index(cpu_state);
     for (size_t k = 0; k < roots.size(); ++k) {
       const std::vector<float> want = floats_of(index.require(kRootMomentPrefix + roots[k], "F32",
                                                               ps.at(ps.require(roots[k])).info.shape));
@@ -343,8 +344,9 @@ TEST_P(CudaQRootTrace, EveryNsStepIsTheCpuArithmeticOnTheDevicesOperands) {
     const std::string where = "step " + std::to_string(step + 1) + " " + info.name;
     fill_grads(ps, rng);
     upload_grads(dp, ps);
+    const std::vector<StateTensor> cpu_state = cpu.save_state(ps);
     const std::vector<float> m =
-        floats_of(StateIndex(cpu.save_state(ps)).require(kRootMomentPrefix + info.name, "F32", info.shape));
+        floats_of(StateIndex(cpu_state).require(kRootMomentPrefix + info.name, "F32", info.shape));
     const std::vector<float> w_before = device_value(dp, p);
     cuda::NsTrace trace;
     gpu.trace_ns(traced[step], &trace);

@@ -168,8 +168,9 @@ TEST(RootOptimizer, BadStatesAreRefusedBeforeAnyChange) {
   RootOptimizer b(ps, {}, seed, NsPrecision::kFp32);
   // An AdamW state: no root.step, the message names the field.
   AdamWOptimizer adam(ps, {});
+  const std::vector<StateTensor> adam_state = engine_state(adam, ps);
   try {
-    b.load_state(StateIndex(engine_state(adam, ps)), ps);
+    b.load_state(StateIndex(adam_state), ps);
     ADD_FAILURE() << "root loaded an adamw state";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("root.step"));
