@@ -22,14 +22,8 @@ void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
 // The values an NVFP4 operand stands for: x [rows x cols] quantized along cols, dequantized to FP32.
 std::vector<float> fake_quant(const std::vector<float>& x, int64_t rows, int64_t cols, BlockShape block,
                               const NsOptions& opt, uint64_t operand) {
-  QuantSpec spec;
-  spec.format = QuantFormat::kNvfp4;
-  spec.block = block;
-  spec.outer = OuterScale::kTensor;
-  spec.rounding = opt.rounding;
-  QuantRandomness rnd;
-  rnd.sr = RngStream{opt.sr.seed, opt.sr.stream * 64 + operand};
-  const Nvfp4Tensor q = quantize_nvfp4(x.data(), rows, cols, spec, rnd);
+  const Nvfp4Tensor q =
+      quantize_nvfp4(x.data(), rows, cols, ns_operand_spec(block, opt), ns_operand_randomness(opt, operand));
   std::vector<float> out(x.size());
   dequantize(q, out.data());
   return out;
@@ -70,6 +64,21 @@ void iterate(std::vector<float>& x, int64_t r, int64_t c, const NsOptions& opt) 
 }
 
 }  // namespace
+
+QuantSpec ns_operand_spec(BlockShape block, const NsOptions& opt) {
+  QuantSpec spec;
+  spec.format = QuantFormat::kNvfp4;
+  spec.block = block;
+  spec.outer = OuterScale::kTensor;
+  spec.rounding = opt.rounding;
+  return spec;
+}
+
+QuantRandomness ns_operand_randomness(const NsOptions& opt, uint64_t operand) {
+  QuantRandomness rnd;
+  rnd.sr = RngStream{opt.sr.seed, opt.sr.stream * 64 + operand};
+  return rnd;
+}
 
 NsCoefficients ns_coefficients_for_shape(int64_t rows, int64_t cols) {
   const int64_t lo = std::min(rows, cols), hi = std::max(rows, cols);

@@ -14,6 +14,7 @@
 
 #include "numerics/philox.h"
 #include "numerics/quant_spec.h"
+#include "numerics/quantize.h"
 
 namespace fp4 {
 
@@ -47,6 +48,12 @@ struct NsOptions {
   RngStream sr{};
   float norm_eps = 1e-7f;  // X = B / (||B||_F + norm_eps): a zero B gives a zero X
 };
+
+// Q-Root's quantization of one NS product operand: NVFP4 with `block` along the operand's rows, tensor
+// outer scale, opt.rounding; SR from sub-stream `operand` (4 per iteration: X, A, P, X^T) of opt.sr. The
+// CPU iteration and its device form (ops/cuda/newton_schulz_cuda.cu) both quantize with these.
+QuantSpec ns_operand_spec(BlockShape block, const NsOptions& opt);
+QuantRandomness ns_operand_randomness(const NsOptions& opt, uint64_t operand);
 
 // out[rows x cols] = NS(b) (row-major; out may equal b). Throws fp4::Error on empty shapes, steps outside
 // [0, 16] or non-finite input.

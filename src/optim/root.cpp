@@ -43,6 +43,17 @@ bool root_eligible(const ParameterInfo& info) {
   return info.shape.size() == 2 && info.name != "embed" && info.name != "lm_head";
 }
 
+NsOptions root_ns_options(const RootOptions& opt, int64_t rows, int64_t cols, RngStream sr) {
+  NsOptions ns;
+  ns.coef = opt.coefficients.value_or(opt.precision == NsPrecision::kNvfp4 ? kQRootNsCoefficients
+                                                                           : ns_coefficients_for_shape(rows, cols));
+  ns.steps = opt.ns_steps;
+  ns.precision = opt.precision;
+  ns.rounding = opt.rounding;
+  ns.sr = sr;
+  return ns;
+}
+
 RootStepInfo root_step(std::span<float> w, std::span<const float> g, std::span<float> m, int64_t rows,
                        int64_t cols, float lr, float weight_decay, const RootOptions& opt,
                        const std::string& name, RngStream sr) {
@@ -72,14 +83,7 @@ RootStepInfo root_step(std::span<float> w, std::span<const float> g, std::span<f
     v = std::clamp(v, -info.clip_eps, info.clip_eps);
   }
 
-  NsOptions ns;
-  ns.coef = opt.coefficients.value_or(opt.precision == NsPrecision::kNvfp4 ? kQRootNsCoefficients
-                                                                           : ns_coefficients_for_shape(rows, cols));
-  ns.steps = opt.ns_steps;
-  ns.precision = opt.precision;
-  ns.rounding = opt.rounding;
-  ns.sr = sr;
-  newton_schulz(u.data(), rows, cols, ns, u.data());
+  newton_schulz(u.data(), rows, cols, root_ns_options(opt, rows, cols, sr), u.data());
   // A converged NS output has singular values near 1, so |X|_F^2 near min(rows, cols); far above it the
   // quintic has diverged (e.g. Muon's coefficients with NVFP4 operands).
   double fro2 = 0.0;

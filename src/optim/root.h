@@ -49,6 +49,11 @@ struct RootStepInfo {
   int64_t clipped = 0;    // elements of U with |U| > eps
 };
 
+// The Newton-Schulz options of a ROOT step on a [rows x cols] matrix: opt's steps, precision and rounding,
+// its coefficients or else the shape's table (FP32) / kQRootNsCoefficients (NVFP4), SR from `sr`. Shared by
+// root_step and its device form (ops/cuda/root_cuda.cu).
+NsOptions root_ns_options(const RootOptions& opt, int64_t rows, int64_t cols, RngStream sr);
+
 // One ROOT step of the momentum matrix `m` and weight `w` ([rows x cols], row-major) with gradient `g`.
 // `sr` seeds Q-Root's stochastic rounding (unused otherwise). Throws fp4::Error naming `name` on
 // non-finite gradients, a diverged (non-finite) orthogonalization or bad hyper-parameters; w and m are

@@ -98,16 +98,23 @@ StepControl DeviceQAdamW::read_control(std::vector<double>& param_sumsq) const {
   return ctl;
 }
 
+DeviceQAdamW::HostState DeviceQAdamW::sized_host_state() const {
+  HostState h;
+  for (int k = 0; k < 2; ++k) {
+    h.codes[k].resize(codes_[k].size());
+    h.scales[k].resize(scales_[k].size());
+    h.scale[k].resize(scale_[k].size());
+  }
+  h.mean.resize(static_cast<size_t>(tiles_));
+  return h;
+}
+
 std::vector<StateTensor> DeviceQAdamW::save_state(const DeviceParams& params) const {
   FP4_CHECK(params.size() == n_params_, "q-adamw (CUDA) save_state: ", params.size(), " parameters, the state has ",
             n_params_);
-  std::vector<uint8_t> codes[2], scales[2];
-  std::vector<float> scale[2];
-  std::vector<uint16_t> mean(static_cast<size_t>(tiles_));
+  HostState h = sized_host_state();
+  auto& [codes, scales, scale, mean] = h;
   for (int k = 0; k < 2; ++k) {
-    codes[k].resize(codes_[k].size());
-    scales[k].resize(scales_[k].size());
-    scale[k].resize(scale_[k].size());
     copy_to_host(codes[k].data(), codes_[k].data(), codes_[k].bytes(), stream_);
     copy_to_host(scales[k].data(), scales_[k].data(), scales_[k].bytes(), stream_);
     copy_to_host(scale[k].data(), scale_[k].data(), scale_[k].bytes(), stream_);
@@ -153,14 +160,8 @@ void DeviceQAdamW::load_state(const StateIndex& index, const DeviceParams& param
                                             q_adamw_tiles(host_tensors_[static_cast<size_t>(i)].numel)));
   const QAdamSavedCounters saved = require_q_adamw_counters(index);
 
-  std::vector<uint8_t> codes[2], scales[2];
-  std::vector<float> scale[2];
-  std::vector<uint16_t> mean(static_cast<size_t>(tiles_));
-  for (int k = 0; k < 2; ++k) {
-    codes[k].resize(codes_[k].size());
-    scales[k].resize(scales_[k].size());
-    scale[k].resize(scale_[k].size());
-  }
+  HostState h = sized_host_state();
+  auto& [codes, scales, scale, mean] = h;
   for (int i = 0; i < n_params_; ++i) {
     const auto& f = found[static_cast<size_t>(i)];
     const QAdamTensor& t = host_tensors_[static_cast<size_t>(i)];

@@ -61,6 +61,14 @@ class DeviceQAdamW {
   DeviceBuffer<StepControl> control_;
   std::vector<std::string> names_;
   QAdamPacked packed();
+
+  // A host copy of the packed moments, sized as the device buffers (checkpoints go through it).
+  struct HostState {
+    std::vector<uint8_t> codes[2], scales[2];
+    std::vector<float> scale[2];
+    std::vector<uint16_t> mean;
+  };
+  HostState sized_host_state() const;
 };
 
 }  // namespace fp4::cuda

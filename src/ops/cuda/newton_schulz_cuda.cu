@@ -133,13 +133,8 @@ void NewtonSchulzCuda::reserve(int64_t wide, int64_t gram) {
 void NewtonSchulzCuda::quantize(const float* x, int64_t rows, int64_t cols, BlockShape block, const NsOptions& opt,
                                 int step, int slot, float* deq, cudaStream_t stream, NsTrace* trace) {
   const uint64_t operand = static_cast<uint64_t>(step) * 4 + static_cast<uint64_t>(slot);
-  QuantSpec spec;
-  spec.format = QuantFormat::kNvfp4;
-  spec.block = block;
-  spec.outer = OuterScale::kTensor;
-  spec.rounding = opt.rounding;
-  QuantRandomness rnd;
-  rnd.sr = RngStream{opt.sr.seed, opt.sr.stream * 64 + operand};
+  const QuantSpec spec = ns_operand_spec(block, opt);
+  const QuantRandomness rnd = ns_operand_randomness(opt, operand);
   const DeviceInput in{x, QuantIoType::kF32, rows, cols};
   Nvfp4DeviceView view;
   view.codes = codes_.data();

@@ -142,14 +142,7 @@ void RootStepCuda::queue(float* w, bf16* w_bf16, const float* g, float* m, int64
   clamp_kernel<<<grid_for(n), kThreads, 0, stream>>>(u_.data(), n, stats);
   FP4_CUDA_CHECK_LAUNCH("clamp_kernel");
 
-  NsOptions ns;
-  ns.coef = opt.coefficients.value_or(opt.precision == NsPrecision::kNvfp4 ? kQRootNsCoefficients
-                                                                           : ns_coefficients_for_shape(rows, cols));
-  ns.steps = opt.ns_steps;
-  ns.precision = opt.precision;
-  ns.rounding = opt.rounding;
-  ns.sr = sr;
-  ns_.run(u_.data(), rows, cols, ns, u_.data(), &stats->ns, stream, trace);
+  ns_.run(u_.data(), rows, cols, root_ns_options(opt, rows, cols, sr), u_.data(), &stats->ns, stream, trace);
   check_kernel<<<1, 1, 0, stream>>>(stats, 4.0 * static_cast<double>(std::min(rows, cols)), index, control, fault);
   FP4_CUDA_CHECK_LAUNCH("check_kernel");
 
