@@ -36,6 +36,7 @@
 #include "optim/grad_clip.h"
 #include "optim/osci_reset.h"
 #include "recipe/recipe_io.h"
+#include "optimizer_test_util.h"
 
 namespace fp4 {
 namespace {
@@ -635,17 +636,7 @@ TEST(CudaCausalSdpa, MatchesCpuAttention) {
 
 ModelConfig engine_config(const std::string& name) {
   if (name == "tiny") return model_preset("tiny");  // head_dim 32: the fallback attention
-  ModelConfig cfg;                                  // head_dim 64: the fused attention kernels
-  cfg.name = "small64";
-  cfg.n_layers = 2;
-  cfg.d_model = 256;
-  cfg.n_heads = 4;
-  cfg.d_ff = 512;
-  cfg.vocab_size = 512;
-  cfg.vocab_real = 500;
-  cfg.max_seq_len = 128;
-  validate(cfg);
-  return cfg;
+  return testing::small64_config();                 // head_dim 64: the fused attention kernels
 }
 
 Batch random_batch(std::mt19937& rng, const ModelConfig& cfg, int b, int t, double ignored = 0.1) {

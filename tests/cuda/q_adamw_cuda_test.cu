@@ -22,23 +22,17 @@
 #include "model/state_index.h"
 #include "optim/q_adamw.h"
 #include "recipe/recipe_io.h"
+#include "optimizer_test_util.h"
 
 namespace fp4 {
 namespace {
 
-uint32_t fresh_seed() {
-  static std::random_device rd;
-  return rd();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
+using testing::expect_same_floats;
+using testing::expect_same_state;
+using testing::fresh_seed;
+using testing::random_batch;
+using testing::small64_config;
 
 // Sizes off the tiles (910, 3, 1000), a whole number of tiles (256, 4096), tensors without weight decay.
 ParameterSet make_params(std::mt19937& rng) {
@@ -87,33 +81,6 @@ std::vector<float> device_values(const cuda::DeviceParams& dp) {
     out.insert(out.end(), v.begin(), v.end());
   }
   return out;
-}
-
-// Names, dtypes, shapes and bytes of two states, in order; the first differing byte is reported.
-void expect_same_state(const std::vector<StateTensor>& want, const std::vector<StateTensor>& got,
-                       const std::string& where) {
-  ASSERT_EQ(want.size(), got.size()) << where;
-  for (size_t t = 0; t < want.size(); ++t) {
-    ASSERT_EQ(want[t].name, got[t].name) << where;
-    EXPECT_EQ(want[t].dtype, got[t].dtype) << where << " " << want[t].name;
-    EXPECT_EQ(want[t].shape, got[t].shape) << where << " " << want[t].name;
-    ASSERT_EQ(want[t].bytes.size(), got[t].bytes.size()) << where << " " << want[t].name;
-    for (size_t b = 0; b < want[t].bytes.size(); ++b)
-      if (want[t].bytes[b] != got[t].bytes[b]) {
-        ADD_FAILURE() << where << ": " << want[t].name << " byte " << b << " is " << int(got[t].bytes[b])
-                      << ", the CPU wrote " << int(want[t].bytes[b]);
-        break;
-      }
-  }
-}
-
-void expect_same_floats(const std::vector<float>& want, const std::vector<float>& got, const std::string& where) {
-  ASSERT_EQ(want.size(), got.size()) << where;
-  for (size_t i = 0; i < want.size(); ++i)
-    if (std::memcmp(&want[i], &got[i], 4) != 0) {
-      ADD_FAILURE() << where << ": element " << i << " is " << got[i] << ", the CPU has " << want[i];
-      return;
-    }
 }
 
 TEST(CudaQAdamW, FiveStepsAreBitIdenticalToTheCpuQAdamW) {
@@ -219,33 +186,11 @@ TEST(CudaQAdamW, NonFiniteGradientSkipsAndOverflowIsRefusedLikeTheCpu) {
   EXPECT_EQ(gpu.step_count(), 1);
 }
 
-ModelConfig small64() {
-  ModelConfig cfg;  // head_dim 64: the fused attention kernels, as the engine tests use
-  cfg.name = "small64";
-  cfg.n_layers = 2;
-  cfg.d_model = 256;
-  cfg.n_heads = 4;
-  cfg.d_ff = 512;
-  cfg.vocab_size = 512;
-  cfg.vocab_real = 500;
-  cfg.max_seq_len = 128;
-  validate(cfg);
-  return cfg;
-}
-
-Batch random_batch(std::mt19937& rng, const ModelConfig& cfg, int b, int t) {
-  std::uniform_int_distribution<int> tok(0, cfg.vocab_real - 1);
-  Batch batch{b, t, std::vector<int32_t>(static_cast<size_t>(b) * t), std::vector<int32_t>(static_cast<size_t>(b) * t)};
-  for (auto& x : batch.tokens) x = tok(rng);
-  for (auto& x : batch.targets) x = tok(rng);
-  return batch;
-}
-
 TEST(CudaQAdamWEngine, TrainsAndItsStateMovesToTheCpuQAdamWAndBack) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  const ModelConfig cfg = small64();
+  const ModelConfig cfg = small64_config();
   const Recipe recipe = load_recipe("tetrajet-v2-qadamw");
   ASSERT_EQ(recipe.optimizer, "q-adamw");
   auto gpu = make_cuda_engine(cfg, recipe, seed);

@@ -29,23 +29,17 @@
 #include "numerics/quantize.h"
 #include "optim/root_optimizer.h"
 #include "recipe/recipe_io.h"
+#include "optimizer_test_util.h"
 
 namespace fp4 {
 namespace {
 
-uint32_t fresh_seed() {
-  static std::random_device rd;
-  return rd();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
+using testing::expect_same_floats;
+using testing::expect_same_state;
+using testing::fresh_seed;
+using testing::random_batch;
+using testing::small64_config;
 
 // ROOT matrices: tall, wide, square, off the 16-grid (37 x 53, no weight decay), one whose gradient stays
 // zero and one with a huge gradient value; AdamW parameters: the embedding and the head (by name), a norm gain.
@@ -100,27 +94,6 @@ std::vector<float> device_value(const cuda::DeviceParams& dp, int i) {
 std::vector<float> host_value(const ParameterSet& ps, int i) { return {ps.value(i).begin(), ps.value(i).end()}; }
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
-
-void expect_same_floats(const std::vector<float>& want, const std::vector<float>& got, const std::string& where) {
-  ASSERT_EQ(want.size(), got.size()) << where;
-  for (size_t i = 0; i < want.size(); ++i)
-    if (!same_bits(want[i], got[i])) {
-      ADD_FAILURE() << where << ": element " << i << " is " << got[i] << ", the CPU has " << want[i];
-      return;
-    }
-}
-
-void expect_same_state(const std::vector<StateTensor>& want, const std::vector<StateTensor>& got,
-                       const std::string& where) {
-  ASSERT_EQ(want.size(), got.size()) << where;
-  for (size_t t = 0; t < want.size(); ++t) {
-    ASSERT_EQ(want[t].name, got[t].name) << where;
-    EXPECT_EQ(want[t].dtype, got[t].dtype) << where << " " << want[t].name;
-    EXPECT_EQ(want[t].shape, got[t].shape) << where << " " << want[t].name;
-    ASSERT_EQ(want[t].bytes.size(), got[t].bytes.size()) << where << " " << want[t].name;
-    if (want[t].bytes != got[t].bytes) ADD_FAILURE() << where << ": the bytes of " << want[t].name << " differ";
-  }
-}
 
 std::vector<float> floats_of(const StateTensor& t) {
   std::vector<float> out(t.bytes.size() / 4);
@@ -548,28 +521,6 @@ TEST(CudaRoot, NonFiniteGradientSkipsAndFailuresAreRefusedLikeTheCpu) {
   }
 }
 
-ModelConfig small64() {
-  ModelConfig cfg;  // head_dim 64: the fused attention kernels, as the engine tests use
-  cfg.name = "small64";
-  cfg.n_layers = 2;
-  cfg.d_model = 256;
-  cfg.n_heads = 4;
-  cfg.d_ff = 512;
-  cfg.vocab_size = 512;
-  cfg.vocab_real = 500;
-  cfg.max_seq_len = 128;
-  validate(cfg);
-  return cfg;
-}
-
-Batch random_batch(std::mt19937& rng, const ModelConfig& cfg, int b, int t) {
-  std::uniform_int_distribution<int> tok(0, cfg.vocab_real - 1);
-  Batch batch{b, t, std::vector<int32_t>(static_cast<size_t>(b) * t), std::vector<int32_t>(static_cast<size_t>(b) * t)};
-  for (auto& x : batch.tokens) x = tok(rng);
-  for (auto& x : batch.targets) x = tok(rng);
-  return batch;
-}
-
 struct EngineCase {
   const char* name;
   const char* model;   // "tiny" (head size 32) or "small64" (head size 64)
@@ -584,7 +535,7 @@ TEST_P(CudaRootEngine, TrainsAndItsStateMovesToTheCpuEngineAndBack) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(std::string(c.name) + ", seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  const ModelConfig cfg = std::string(c.model) == "tiny" ? model_preset("tiny") : small64();
+  const ModelConfig cfg = std::string(c.model) == "tiny" ? model_preset("tiny") : small64_config();
   const Recipe recipe = load_recipe(c.recipe, {std::string("optimizer=") + c.optimizer});
   ASSERT_EQ(recipe.optimizer, c.optimizer);
   auto gpu = make_cuda_engine(cfg, recipe, seed);

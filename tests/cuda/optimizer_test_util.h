@@ -1,0 +1,88 @@
+// Helpers of the device-optimizer tests (q_adamw_cuda_test.cu, root_cuda_test.cu): seeds, error messages,
+// bit-for-bit comparisons of values and checkpoint states, and the small model their engine tests train.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "model/engine.h"
+
+namespace fp4::testing {
+
+inline uint32_t fresh_seed() {
+  static std::random_device rd;
+  return rd();
+}
+
+// The fp4::Error message f throws, or "" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Bit-for-bit equal values (NaN payloads and signed zeros included); the first difference is reported.
+inline void expect_same_floats(const std::vector<float>& want, const std::vector<float>& got,
+                               const std::string& where) {
+  ASSERT_EQ(want.size(), got.size()) << where;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (std::memcmp(&want[i], &got[i], 4) != 0) {
+      ADD_FAILURE() << where << ": element " << i << " is " << got[i] << ", the CPU has " << want[i];
+      return;
+    }
+}
+
+// Names, dtypes, shapes and bytes of two states, in order; the first differing byte is reported.
+inline void expect_same_state(const std::vector<StateTensor>& want, const std::vector<StateTensor>& got,
+                              const std::string& where) {
+  ASSERT_EQ(want.size(), got.size()) << where;
+  for (size_t t = 0; t < want.size(); ++t) {
+    ASSERT_EQ(want[t].name, got[t].name) << where;
+    EXPECT_EQ(want[t].dtype, got[t].dtype) << where << " " << want[t].name;
+    EXPECT_EQ(want[t].shape, got[t].shape) << where << " " << want[t].name;
+    ASSERT_EQ(want[t].bytes.size(), got[t].bytes.size()) << where << " " << want[t].name;
+    for (size_t b = 0; b < want[t].bytes.size(); ++b)
+      if (want[t].bytes[b] != got[t].bytes[b]) {
+        ADD_FAILURE() << where << ": " << want[t].name << " byte " << b << " is " << int(got[t].bytes[b])
+                      << ", the CPU wrote " << int(want[t].bytes[b]);
+        break;
+      }
+  }
+}
+
+// Two layers of head_dim 64 (the fused attention kernels), vocabulary 512.
+inline ModelConfig small64_config() {
+  ModelConfig cfg;
+  cfg.name = "small64";
+  cfg.n_layers = 2;
+  cfg.d_model = 256;
+  cfg.n_heads = 4;
+  cfg.d_ff = 512;
+  cfg.vocab_size = 512;
+  cfg.vocab_real = 500;
+  cfg.max_seq_len = 128;
+  validate(cfg);
+  return cfg;
+}
+
+// b rows of t uniform random tokens and targets from the model's real vocabulary.
+inline Batch random_batch(std::mt19937& rng, const ModelConfig& cfg, int b, int t) {
+  std::uniform_int_distribution<int> tok(0, cfg.vocab_real - 1);
+  Batch batch{b, t, std::vector<int32_t>(static_cast<size_t>(b) * t), std::vector<int32_t>(static_cast<size_t>(b) * t)};
+  for (auto& x : batch.tokens) x = tok(rng);
+  for (auto& x : batch.targets) x = tok(rng);
+  return batch;
+}
+
+}  // namespace fp4::testing
