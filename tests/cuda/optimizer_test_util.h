@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -83,6 +84,26 @@ inline Batch random_batch(std::mt19937& rng, const ModelConfig& cfg, int b, int 
   for (auto& x : batch.tokens) x = tok(rng);
   for (auto& x : batch.targets) x = tok(rng);
   return batch;
+}
+
+// A device optimizer's engine state `saved` (written by `gpu`) loads into the CPU engine, which saves the
+// same bytes, then into `back` (a fresh CUDA engine of the same seed), which saves them again and takes the
+// same next step on `batch` as `gpu`. The optimizer runs on one process: data parallelism is refused
+// naming the recipe field.
+inline void expect_state_moves_to_the_cpu_and_back(TrainingEngine& gpu, TrainingEngine& cpu,
+                                                   std::unique_ptr<TrainingEngine> back,
+                                                   const std::vector<StateTensor>& saved, const Batch& batch,
+                                                   const StepHyper& h) {
+  cpu.load_state(saved);
+  const std::vector<StateTensor> via_cpu = cpu.save_state();
+  expect_same_state(saved, via_cpu, "CUDA -> CPU -> save");
+  back->load_state(via_cpu);
+  expect_same_state(saved, back->save_state(), "CPU -> CUDA -> save");
+  const StepStats s1 = gpu.train_step({&batch, 1}, h), s2 = back->train_step({&batch, 1}, h);
+  EXPECT_EQ(s1.loss, s2.loss);
+  expect_same_state(gpu.save_state(), back->save_state(), "one step after the reload");
+  EXPECT_NE(error_of([&] { gpu.set_data_parallel(DataParallel{}); }).find("recipe field 'optimizer'"),
+            std::string::npos);
 }
 
 }  // namespace fp4::testing

@@ -217,22 +217,10 @@ TEST(CudaQAdamWEngine, TrainsAndItsStateMovesToTheCpuQAdamWAndBack) {
     EXPECT_EQ(saved[t].dtype, fresh[t].dtype) << saved[t].name;
     EXPECT_EQ(saved[t].shape, fresh[t].shape) << saved[t].name;
   }
-  // ... loads into the CPU QAdamW, which saves the same bytes (step and seed included) ...
-  cpu->load_state(saved);
-  const std::vector<StateTensor> via_cpu = cpu->save_state();
-  expect_same_state(saved, via_cpu, "CUDA -> CPU -> save");
-  // ... and comes back into a fresh CUDA engine, which saves the same bytes and then takes the same next
-  // step as the engine that wrote it (the same seed: the recipe's backward SR draws from it).
-  auto back = make_cuda_engine(cfg, recipe, seed);
-  back->load_state(via_cpu);
-  expect_same_state(saved, back->save_state(), "CPU -> CUDA -> save");
-  const StepStats s1 = gpu->train_step({&pool[0], 1}, h), s2 = back->train_step({&pool[0], 1}, h);
-  EXPECT_EQ(s1.loss, s2.loss);
-  expect_same_state(gpu->save_state(), back->save_state(), "one step after the reload");
-
-  // One process only: data parallelism is refused naming the recipe field.
-  EXPECT_NE(error_of([&] { gpu->set_data_parallel(DataParallel{}); }).find("recipe field 'optimizer'"),
-            std::string::npos);
+  // ... loads into the CPU QAdamW (step and seed included) and back into a fresh CUDA engine of the same
+  // seed (the recipe's backward SR draws from it).
+  testing::expect_state_moves_to_the_cpu_and_back(*gpu, *cpu, make_cuda_engine(cfg, recipe, seed), saved,
+                                                  pool[0], h);
 }
 
 }  // namespace

@@ -567,21 +567,9 @@ TEST_P(CudaRootEngine, TrainsAndItsStateMovesToTheCpuEngineAndBack) {
     has_root = has_root || saved[t].name.rfind(kRootMomentPrefix, 0) == 0;
   }
   EXPECT_TRUE(has_root);
-  // ... loads into the CPU engine's RootOptimizer, which saves the same bytes ...
-  cpu->load_state(saved);
-  const std::vector<StateTensor> via_cpu = cpu->save_state();
-  expect_same_state(saved, via_cpu, "CUDA -> CPU -> save");
-  // ... and comes back into a fresh CUDA engine, which saves the same bytes and takes the same next step.
-  auto back = make_cuda_engine(cfg, recipe, seed);
-  back->load_state(via_cpu);
-  expect_same_state(saved, back->save_state(), "CPU -> CUDA -> save");
-  const StepStats s1 = gpu->train_step({&pool[0], 1}, h), s2 = back->train_step({&pool[0], 1}, h);
-  EXPECT_EQ(s1.loss, s2.loss);
-  expect_same_state(gpu->save_state(), back->save_state(), "one step after the reload");
-
-  // One process only: data parallelism is refused naming the recipe field.
-  EXPECT_NE(error_of([&] { gpu->set_data_parallel(DataParallel{}); }).find("recipe field 'optimizer'"),
-            std::string::npos);
+  // ... loads into the CPU engine's RootOptimizer and back into a fresh CUDA engine.
+  testing::expect_state_moves_to_the_cpu_and_back(*gpu, *cpu, make_cuda_engine(cfg, recipe, seed), saved,
+                                                  pool[0], h);
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, CudaRootEngine,
