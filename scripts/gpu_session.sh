@@ -29,6 +29,7 @@
 #   qbench       quantize_bench (quantizer bandwidth against a D2D copy, 64 and 256 MiB)
 #   smoke1b      two training steps of olmo2-1b (bf16 and tetrajet-v2-base) through train_bench
 #   qprofile     Nsight Compute sections of the quantization kernels + their SASS instruction counts
+#   sass         cuobjdump -sass of the quantizer objects (instruction counts)
 #   stepprofile  per-kernel times of one olmo2-70m training step (bf16 and tetrajet-v2-base) under ncu
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -151,10 +152,12 @@ phase_trainbench() {  # train_bench with $TB_ARGS (e.g. "--config olmo2-70m --re
   note "train_bench ${TB_ARGS:-} rc=$?"
   grep "^train_bench:" "$out/train_bench_extra.log" | tail -4
 }
-phase_tests() {
-  timeout 240 $B/test_cuda --gtest_brief=1 >"$out/test_cuda.log" 2>&1
-  note "test_cuda rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/test_cuda.log" | tr '\n' ' ')"
+phase_tests() {  # $TESTS_FILTER: a gtest filter (default: every test)
+  timeout 240 $B/test_cuda --gtest_brief=1 --gtest_filter="${TESTS_FILTER:-*}" >"$out/test_cuda.log" 2>&1
+  local rc=$?
+  note "test_cuda rc=$rc $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/test_cuda.log" | tr '\n' ' ')"
   grep -E "^\[  FAILED  \]" "$out/test_cuda.log" | head
+  return $rc
 }
 phase_torch() {
   timeout 300 python3 tests/reference/check_torch_cuda.py --build-dir $B >"$out/torch_cuda.log" 2>&1
@@ -298,6 +301,13 @@ phase_qprofile() {
   done
   note "qprofile done: $(ls "$out" | grep -c ncu-) ncu reports"
   grep -E "^  [a-z_]+.*kernel|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Issue Slots Busy|Registers Per" "$out"/ncu-*.txt | head -60
+}
+phase_sass() {  # SASS of the quantizer objects, for instruction counts without device time
+  for f in quant_nvfp4 quant_dual quant_dual_general_quantize; do
+    obj=$(find $B -name "$f.cu.o" | head -1)
+    cuobjdump -sass "$obj" 2>&1 | gzip >"$out/sass-$f.txt.gz"
+  done
+  note "sass: $(ls "$out" | grep -c sass-) objects"
 }
 phase_stepprofile() {
   local ncu

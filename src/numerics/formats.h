@@ -48,6 +48,15 @@ FP4_HD uint8_t e2m1_rtn_index(float a) {
   return e2m1_grid_index(add_rn(add_rn(a, magic), -magic));       // inf - inf = NaN saturates too
 }
 
+// e2m1_rtn_index(a) << 22 for 0 <= a < 7 (block128 quotients under a normal E4M3 scale stay below 6.4):
+// nothing to saturate (a in [6, 7) rounds to 6), and the magic number max(1, binade) * 1.5 * 2^22 is added
+// and taken away by two fused multiply-adds whose products are exact, so each is the addition's rounding.
+FP4_HD uint32_t e2m1_rtn_bits_below7(float a) {
+  const float binade = bits_float(float_bits(max_nonnan(a, 1.0f)) & 0x7F800000u);
+  const float t = fma_rn(binade, 6291456.0f, a);
+  return float_bits(mul_rn(fma_rn(binade, -6291456.0f, t), kTwoPowMinus126));
+}
+
 FP4_HD uint8_t sign_bit_e2m1(float x) { return static_cast<uint8_t>((float_bits(x) >> 28) & 0x8u); }
 
 FP4_HD uint8_t e2m1_encode_rtn(float x) { return sign_bit_e2m1(x) | e2m1_rtn_index(abs_f(x)); }

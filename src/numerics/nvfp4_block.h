@@ -121,6 +121,34 @@ FP4_HD float block128_quotient(float a, const Block128Divisor& d) {
   return fma_rn(fma_rn(-q, d.m, x), d.r, q);
 }
 
+// The same quotient with the divisor as it is, for divisors in [2^-64, 2^64] (block128_direct_ok): r =
+// RN(1/p), then the two corrections on a and p themselves, one multiply fewer per element. Both forms are
+// the same correctly rounded steps, the reference's on values scaled by 2^-e_p, so they agree bit for bit
+// while nothing leaves the range where that scaling is exact. Where a quotient can reach a nonzero E2M1
+// code (q >= 2^-25) it does not: a >= 2^-89, and each residual a - q p is a multiple of ulp(q) ulp(p) >=
+// 2^-135 that the remainder property makes representable, so no step rounds into the subnormals. Smaller
+// quotients round to code 0 in both forms (RTN and SR: q * 2^-126 < 2^-151 rounds to zero).
+// tests/unit/numerics/block128_quotient_test.cpp compares the two.
+struct Block128Recip {
+  float p = 1.0f, r = 1.0f;
+};
+
+FP4_HD bool block128_direct_ok(float p) { return p >= 5.421010862427522e-20f && p <= 1.8446744073709552e+19f; }
+
+FP4_HD Block128Recip block128_recip(float p) {
+#if defined(__CUDA_ARCH__)
+  return Block128Recip{p, __frcp_rn(p)};  // RN(1/p), without the division's range check
+#else
+  return Block128Recip{p, 1.0f / p};
+#endif
+}
+
+FP4_HD float block128_quotient_direct(float a, const Block128Recip& d) {
+  float q = mul_rn(a, d.r);
+  q = fma_rn(fma_rn(-q, d.p, a), d.r, q);
+  return fma_rn(fma_rn(-q, d.p, a), d.r, q);
+}
+
 // Element code with block128 scales: E2M1(|x| / p) with p = s_in * s_out (the IEEE quotient; p == 0 -> 0),
 // d = block128_divisor(p).
 FP4_HD uint8_t nvfp4_encode_block128(float x, float p, const Block128Divisor& d, bool stochastic, uint32_t random) {

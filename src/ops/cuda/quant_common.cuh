@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "numerics/const_div.h"
 #include "numerics/formats.h"
 #include "numerics/hadamard.h"
 #include "numerics/hd.h"
@@ -342,6 +343,32 @@ __device__ __forceinline__ uint2 encode16_fast(const float (&v)[16], float mult,
   return make_uint2(w[0], w[1]);
 }
 
+// encode16_fast's block128 codes for a block that block128_direct admits: the quotient on p itself and,
+// for RTN, the unsaturated rounding (quotients stay below 6.4). SR words from philox_block32: the caller
+// has checked that SR operands have fewer than 2^34 elements, so ctr0 + 3 = (idx0 + 15) / 4 fits 32 bits.
+template <bool kSr>
+__device__ __forceinline__ uint2 encode16_direct(const float (&v)[16], const Block128Recip& d, uint2 signs,
+                                                 const PhiloxStream32& rng, uint32_t ctr0) {
+  uint32_t w[2] = {signs.x, signs.y};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    Philox4 r{{0, 0, 0, 0}};
+    if constexpr (kSr) r = philox_block32(rng, ctr0 + static_cast<uint32_t>(q));
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int i = 4 * q + k, n = i & 7;
+      const float a = block128_quotient_direct(fabsf(v[i]), d);
+      if constexpr (kSr) {
+        w[i >> 3] += (e2m1_sr_bits(a, r.v[k]) >> 22) << (4 * n);
+      } else {
+        const uint32_t bits = e2m1_rtn_bits_below7(a);
+        w[i >> 3] += n <= 5 ? bits >> (22 - 4 * n) : bits << (4 * n - 22);
+      }
+    }
+  }
+  return make_uint2(w[0], w[1]);
+}
+
 // ------------------------------------------------------------------ NVFP4 block steps
 // The uniform parameters of one quantizer launch.
 struct Nvfp4Params {
@@ -354,6 +381,9 @@ struct Nvfp4Params {
   float amax = 0.0f;                       // tensor amax (Four Over Six error measure)
   RngStream rng;
   PhiloxStream32 philox;  // rng's per-stream Philox work, for kernels whose SR blocks stay below 2^32
+  // nvfp4_block128_outer's divisors (the E4M3 bound, then the target) and nvfp4_scale_block128's target,
+  // for block128_outer_fast and block128_scale_fast.
+  ConstDivisor div_bound, div_outer_target, div_target;
 };
 
 inline Nvfp4Params make_params(const QuantSpec& spec, const QuantRandomness& rnd) {
@@ -365,7 +395,38 @@ inline Nvfp4Params make_params(const QuantSpec& spec, const QuantRandomness& rnd
   p.inv_target = 1.0f / p.target;
   p.rng = rnd.sr;
   p.philox = philox_stream32(rnd.sr);
+  p.div_bound = make_const_divisor(p.four_over_six ? kFourOverSixTensorBound : kE4m3Max);
+  p.div_outer_target = make_const_divisor(p.four_over_six ? kNvfp4Target : p.target);
+  p.div_target = make_const_divisor(p.target);
   return p;
+}
+
+// ------------------------------------------------------------------ block128 steps without divisions
+// The scales and codes of block128 blocks, bit for bit those of nvfp4_block.h, with constant divisions
+// (const_div.h) for the scales and the reciprocal quotient on p itself for the elements. Each falls back to
+// the reference form where its exactness argument does not reach (tiny amaxes, divisors outside 2^+-64).
+
+inline constexpr float kOuterFastMin = 8.271806125530277e-25f;  // 2^-80: amax128 / bound stays >= 2^-90
+
+// nvfp4_block128_outer(amax128, four_over_six, target) for a finite amax128.
+__device__ __forceinline__ float block128_outer_fast(float amax128, const Nvfp4Params& p) {
+  if (!(amax128 >= kOuterFastMin || amax128 == 0.0f))
+    return nvfp4_block128_outer(amax128, p.four_over_six, p.target);
+  const float s = const_div_rn(const_div_rn(amax128, p.div_bound), p.div_outer_target);
+  return s == 0.0f ? 1.0f : s;
+}
+
+// nvfp4_scale_block128(amax16, outer, target) for a finite block (e4m3_code_nonneg: the fast encoder).
+__device__ __forceinline__ uint8_t block128_scale_fast(float amax16, float outer, const Nvfp4Params& p) {
+  const float t = const_div_or_ieee(amax16 / outer, p.div_target);
+  return t == 0.0f ? uint8_t{0x01} : static_cast<uint8_t>(e4m3_code_nonneg(t));
+}
+
+// Whether a block with scale code `scale` and p = s_in * s_out takes encode16_direct: a normal E4M3 scale
+// (s_in >= t * 15/16, so every quotient is below 6.4 and RTN needs no saturation) and p in [2^-64, 2^64]
+// (block128_quotient_direct's range). A NaN p (non-finite block) fails the range test.
+__device__ __forceinline__ bool block128_direct(uint8_t scale, float prod) {
+  return scale >= 0x08 && block128_direct_ok(prod);
 }
 
 // Tensor outer scale from the device amax (as quantize_tensor_outer does on the CPU).

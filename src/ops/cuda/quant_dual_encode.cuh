@@ -53,29 +53,10 @@ __device__ __forceinline__ float quotient_fast(float x, const Block128Divisor& d
   return fma_rn(fma_rn(-q, d.m, s), d.r, q);
 }
 
-// Codes of a block (8 bytes, low nibble = element 0) and, when asked, the E2M1 values q of those codes.
-// mult is p = s_in * s_out (block128) or e_b (tensor). ctr0 = (operand index of element 0) / 4: the SR
-// words are Philox blocks ctr0 .. ctr0 + 3. The 32-bit counter (the host checks that the operand has fewer
-// than 2^34 elements) lets the stream's share of the Philox rounds be computed once (philox_block32);
-// the words are the same.
-// Block128: a divisor outside the reciprocal's range [2^-126, 2^126] (zero, subnormal) is scaled into it
-// together with the block (v is scaled in place: callers do not read it afterwards). By a power of two
-// both are exact, except values so far below p that their quotient, and so their code, is zero either way;
-// p == 0 keeps a zero divisor, whose quotients are 0 (the reference's sign-only codes). A NaN divisor
-// (the NaN scale of a non-finite block) gives NaN quotients, as the reference's division.
-template <bool kB128, bool kSr, bool kWantQ>
-__device__ __forceinline__ uint2 encode_block(float (&v)[16], float mult, const PhiloxStream32& rng, uint32_t ctr0,
-                                              float (&q)[16]) {
-  Block128Divisor d{};
-  if constexpr (kB128) {
-    if (!(mult >= kTwoPowMinus126 && mult <= kTwoPow126)) {
-      const float k = mult > 1.0f ? 5.9604644775390625e-8f : 16777216.0f;  // 2^-24 or 2^24
-#pragma unroll
-      for (int i = 0; i < 16; ++i) v[i] = mul_rn(v[i], k);
-      mult = mul_rn(mult, k);
-    }
-    d = qk::block128_divisor_fast(mult);  // RN(1/m) by __frcp_rn; p == 0 gives scale 0: every quotient is 0
-  }
+// The element loop of encode_block: quot(v[i]) is the quotient |v[i]| / p (block128) and rtn its rounding.
+template <bool kB128, bool kSr, bool kWantQ, typename Quotient, typename Rtn>
+__device__ __forceinline__ uint2 encode_elements(const float (&v)[16], float mult, const PhiloxStream32& rng,
+                                                 uint32_t ctr0, float (&q)[16], Quotient quot, Rtn rtn) {
   uint32_t w[2] = {0, 0};
 #pragma unroll
   for (int g = 3; g >= 0; --g) {
@@ -85,13 +66,47 @@ __device__ __forceinline__ uint2 encode_block(float (&v)[16], float mult, const 
     for (int k = 3; k >= 0; --k) {
       const int i = 4 * g + k;
       const float x = kB128 ? v[i] : mul_rn(v[i], mult);  // the value whose sign the code carries
-      const float a = kB128 ? quotient_fast(v[i], d) : fabsf(x);
-      const uint32_t gb = kSr ? sr_grid_bits(a, r.v[k]) : rtn_grid_bits(a);
+      const float a = kB128 ? quot(v[i]) : fabsf(x);
+      const uint32_t gb = kSr ? sr_grid_bits(a, r.v[k]) : rtn(a);
       w[i >> 3] = push_code(w[i >> 3], gb, x);
       if constexpr (kWantQ) q[i] = grid_value(gb, x);
     }
   }
   return make_uint2(w[0], w[1]);
+}
+
+// Codes of a block (8 bytes, low nibble = element 0) and, when asked, the E2M1 values q of those codes.
+// mult is p = s_in * s_out (block128) or e_b (tensor). ctr0 = (operand index of element 0) / 4: the SR
+// words are Philox blocks ctr0 .. ctr0 + 3. The 32-bit counter (the host checks that the operand has fewer
+// than 2^34 elements) lets the stream's share of the Philox rounds be computed once (philox_block32);
+// the words are the same.
+// Block128 with `direct` (qk::block128_direct: a normal scale code and p in [2^-64, 2^64], the common case):
+// the quotient on p itself and the unsaturated RTN, the same bits (nvfp4_block.h). Otherwise a divisor
+// outside the reciprocal's range [2^-126, 2^126] (zero, subnormal) is scaled into it together with the
+// block (v is scaled in place: callers do not read it afterwards). By a power of two both are exact,
+// except values so far below p that their quotient, and so their code, is zero either way; p == 0 keeps a
+// zero divisor, whose quotients are 0 (the reference's sign-only codes). A NaN divisor (the NaN scale of a
+// non-finite block) gives NaN quotients, as the reference's division.
+template <bool kB128, bool kSr, bool kWantQ>
+__device__ __forceinline__ uint2 encode_block(float (&v)[16], float mult, bool direct, const PhiloxStream32& rng,
+                                              uint32_t ctr0, float (&q)[16]) {
+  if constexpr (kB128) {
+    if (direct) {
+      const Block128Recip dr = block128_recip(mult);
+      return encode_elements<true, kSr, kWantQ>(
+          v, mult, rng, ctr0, q, [&](float x) { return block128_quotient_direct(fabsf(x), dr); },
+          [](float a) { return e2m1_rtn_bits_below7(a); });
+    }
+    if (!(mult >= kTwoPowMinus126 && mult <= kTwoPow126)) {
+      const float k = mult > 1.0f ? 5.9604644775390625e-8f : 16777216.0f;  // 2^-24 or 2^24
+#pragma unroll
+      for (int i = 0; i < 16; ++i) v[i] = mul_rn(v[i], k);
+      mult = mul_rn(mult, k);
+    }
+  }
+  const Block128Divisor d = kB128 ? qk::block128_divisor_fast(mult) : Block128Divisor{};  // RN(1/m) by __frcp_rn
+  return encode_elements<kB128, kSr, kWantQ>(
+      v, mult, rng, ctr0, q, [&](float x) { return quotient_fast(x, d); }, [](float a) { return rtn_grid_bits(a); });
 }
 
 }  // namespace fp4::dual

@@ -130,8 +130,7 @@ __device__ __forceinline__ uint8_t block_scale(const qk::Nvfp4Params& p, float a
                                                float& mult, float& s_b) {
   uint8_t s;
   if constexpr (kB128) {
-    const float t = amax16 / outer / p.target;  // as nvfp4_scale_block128
-    s = bad ? kE4m3Nan : (t == 0.0f ? uint8_t{0x01} : static_cast<uint8_t>(qk::e4m3_code_nonneg(t)));
+    s = bad ? kE4m3Nan : qk::block128_scale_fast(amax16, outer, p);  // nvfp4_scale_block128's code
   } else {
     const float tm = mul_rn(p.ts.s_enc, p.inv_target);
     const bool fast = tm > 0.0f && tm <= kFloatMax;
@@ -218,19 +217,20 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
       const float amax16 = block_amax(v, bad, nonfinite);
       float outer, mult;
       if constexpr (F::kRB128)
-        outer = nvfp4_block128_outer(qk::max8_lanes(amax16), false, p.target);
+        outer = qk::block128_outer_fast(qk::max8_lanes(amax16), p);
       else
         outer = p.ts.s_dec;
       float s_b;  // the dequantized value's factor after q: p (block128) or s_b (tensor; S_dec follows)
       const uint8_t scale = block_scale<F::kRB128>(p, amax16, outer, bad, mult, s_b);
       if constexpr (F::kRB128) s_b = mult;
       const int64_t i0 = (r0 + rl) * a.cols + c0 + cl;
+      const bool direct = F::kRB128 && qk::block128_direct(scale, mult);
       float q[16];
       uint2 codes;
       if (want_q)
-        codes = encode_block<F::kRB128, F::kRSr, true>(v, mult, p.philox, static_cast<uint32_t>(i0 >> 2), q);
+        codes = encode_block<F::kRB128, F::kRSr, true>(v, mult, direct, p.philox, static_cast<uint32_t>(i0 >> 2), q);
       else
-        codes = encode_block<F::kRB128, F::kRSr, false>(v, mult, p.philox, static_cast<uint32_t>(i0 >> 2), q);
+        codes = encode_block<F::kRB128, F::kRSr, false>(v, mult, direct, p.philox, static_cast<uint32_t>(i0 >> 2), q);
       if (active) {
         *reinterpret_cast<uint2*>(a.out_r.codes + i0 / 2) = codes;
         a.out_r.scales[i0 / 16] = scale;
@@ -343,7 +343,7 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
   if constexpr (F::kCB128) {  // T's 128-block = both halves of this column
     half_amax[hh][cl] = m;
     __syncthreads();
-    outer = nvfp4_block128_outer(max_f(half_amax[0][cl], half_amax[1][cl]), false, p.target);
+    outer = qk::block128_outer_fast(max_f(half_amax[0][cl], half_amax[1][cl]), p);
   }
   const int64_t trow = c0 + cl;
   uint8_t* code_stage = smem + L::kCodeOff + cl * kStageStride + hh * 32;
@@ -355,11 +355,12 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
     const bool bad_k = k == 0 ? bad[0] : k == 1 ? bad[1] : k == 2 ? bad[2] : bad[3];
     const uint8_t scale = block_scale<F::kCB128>(p, amax_k, outer, bad_k, mult, s_b);
     const int64_t i0 = trow * a.rows + r0 + hh * 64 + 16 * k;
+    const bool direct = F::kCB128 && qk::block128_direct(scale, mult);
     uint2 codes;
     if (a.dq_c == nullptr) {
-      codes = encode_block<F::kCB128, F::kCSr, false>(v, mult, p.philox, static_cast<uint32_t>(i0 >> 2), q);
+      codes = encode_block<F::kCB128, F::kCSr, false>(v, mult, direct, p.philox, static_cast<uint32_t>(i0 >> 2), q);
     } else {
-      codes = encode_block<F::kCB128, F::kCSr, true>(v, mult, p.philox, static_cast<uint32_t>(i0 >> 2), q);
+      codes = encode_block<F::kCB128, F::kCSr, true>(v, mult, direct, p.philox, static_cast<uint32_t>(i0 >> 2), q);
       if (cl < nc && hh * 64 + 16 * k < nr) store_dequant_cols<F::kCB128>(a, i0, q, mult, s_b, outer);
     }
     *reinterpret_cast<uint2*>(code_stage + 8 * k) = codes;

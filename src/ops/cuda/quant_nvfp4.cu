@@ -37,6 +37,7 @@ struct QuantArgs {
   unsigned long long* nonfinite;
   void* dq;
   bool dq_bf16, dq_apply;
+  bool ctr32;  // fewer than 2^34 elements: SR words by philox_block32 (encode16_direct)
 };
 
 // Per-thread constants of a tensor-outer-scale launch: the scale multiplier, whether the fast E4M3
@@ -140,19 +141,21 @@ __global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(QuantArgs a)
     float outer;
     uint2 codes;
     if constexpr (kBlock128) {
-      outer = nvfp4_block128_outer(qk::max8_lanes(amax16), kFos, p.target);
-      if constexpr (kFos) {
+      outer = qk::block128_outer_fast(qk::max8_lanes(amax16), p);
+      if constexpr (kFos)
         scale = bad ? kE4m3Nan : nvfp4_scale_block128_4o6(v, amax16, outer);
-      } else {
-        const float q = amax16 / outer / p.target;  // as nvfp4_scale_block128
-        scale = bad ? kE4m3Nan : (q == 0.0f ? uint8_t{0x01} : static_cast<uint8_t>(qk::e4m3_code_nonneg(q)));
-      }
+      else
+        scale = bad ? kE4m3Nan : qk::block128_scale_fast(amax16, outer, p);
       const float prod = bad ? e4m3_decode(kE4m3Nan) : __fmul_rn(qk::e4m3_value(scale), outer);
-      const Block128Divisor d = qk::block128_divisor_fast(prod);
-      if (d.r != 0.0f)
-        codes = qk::encode16_fast<true, kSr>(v, 0.0f, d, signs, p.rng, static_cast<uint64_t>(i0));
-      else  // NaN (non-finite block), subnormal or huge divisor: the reference encoder divides
-        codes = qk::encode16_mode<true, kSr>(v, prod, p.rng, static_cast<uint64_t>(i0));
+      if (qk::block128_direct(scale, prod) && (!kSr || a.ctr32)) {
+        codes = qk::encode16_direct<kSr>(v, block128_recip(prod), signs, p.philox, static_cast<uint32_t>(i0 >> 2));
+      } else {
+        const Block128Divisor d = qk::block128_divisor_fast(prod);
+        if (d.r != 0.0f)
+          codes = qk::encode16_fast<true, kSr>(v, 0.0f, d, signs, p.rng, static_cast<uint64_t>(i0));
+        else  // NaN (non-finite block), subnormal or huge divisor: the reference encoder divides
+          codes = qk::encode16_mode<true, kSr>(v, prod, p.rng, static_cast<uint64_t>(i0));
+      }
     } else {
       outer = p.ts.s_dec;
       if constexpr (kFos)
@@ -166,16 +169,22 @@ __global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(QuantArgs a)
     }
     if (b < nblocks) store_block(a, b, kBlock128, codes, scale, outer);
   };
-  if constexpr (kRolled) {
+  if constexpr (kRolled && kAhead == 2) {
+    // Two items per iteration, each buffer refilled right after its item: no register copies between them
+    // (a one-item loop moved the second buffer into the first, 16 moves per item).
+    static_assert(kItems % 2 == 0, "items come in pairs");
+#pragma unroll 1
+    for (int s = 0; s < kItems; s += 2) {
+      quantize_item(raw[0], s);
+      if (s + 2 < kItems) load_item(s + 2, raw[0]);
+      quantize_item(raw[1], s + 1);
+      if (s + 3 < kItems) load_item(s + 3, raw[1]);
+    }
+  } else if constexpr (kRolled) {
 #pragma unroll 1
     for (int s = 0; s < kItems; ++s) {
       quantize_item(raw[0], s);
-      if constexpr (kAhead == 2) {
-        raw[0] = raw[1];
-        if (s + 2 < kItems) load_item(s + 2, raw[1]);
-      } else if (s + 1 < kItems) {
-        load_item(s + 1, raw[0]);
-      }
+      if (s + 1 < kItems) load_item(s + 1, raw[0]);
     }
   } else {
 #pragma unroll
@@ -320,6 +329,7 @@ void quantize_nvfp4_cuda(const DeviceInput& x, const QuantSpec& spec, const Quan
   a.dq = dequant.data;
   a.dq_bf16 = dequant.dtype == QuantIoType::kBF16;
   a.dq_apply = dequant.apply_tensor_scale;
+  a.ctr32 = x.rows * x.cols < (int64_t{1} << 34);
   if (x.dtype == QuantIoType::kF32)
     launch_quantize<QuantIoType::kF32>(a, spec, stream);
   else
