@@ -355,12 +355,15 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
     const bool bad_k = k == 0 ? bad[0] : k == 1 ? bad[1] : k == 2 ? bad[2] : bad[3];
     const uint8_t scale = block_scale<F::kCB128>(p, amax_k, outer, bad_k, mult, s_b);
     const int64_t i0 = trow * a.rows + r0 + hh * 64 + 16 * k;
-    const bool direct = F::kCB128 && qk::block128_direct(scale, mult);
+    // The kept blocks' loop below is unrolled: there only the reference-form quotient is compiled in.
+    const bool direct = F::kCB128 && !kKeep && qk::block128_direct(scale, mult);
     uint2 codes;
     if (a.dq_c == nullptr) {
-      codes = encode_block<F::kCB128, F::kCSr, false>(v, mult, direct, p.philox, static_cast<uint32_t>(i0 >> 2), q);
+      codes = encode_block<F::kCB128, F::kCSr, false, !kKeep>(v, mult, direct, p.philox,
+                                                              static_cast<uint32_t>(i0 >> 2), q);
     } else {
-      codes = encode_block<F::kCB128, F::kCSr, true>(v, mult, direct, p.philox, static_cast<uint32_t>(i0 >> 2), q);
+      codes = encode_block<F::kCB128, F::kCSr, true, !kKeep>(v, mult, direct, p.philox,
+                                                             static_cast<uint32_t>(i0 >> 2), q);
       if (cl < nc && hh * 64 + 16 * k < nr) store_dequant_cols<F::kCB128>(a, i0, q, mult, s_b, outer);
     }
     *reinterpret_cast<uint2*>(code_stage + 8 * k) = codes;
