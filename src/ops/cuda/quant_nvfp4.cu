@@ -101,38 +101,24 @@ __device__ __forceinline__ float prepare16(const QuantArgs& a, const Raw16<T>& r
   }
 }
 
-// Modes with SR, an RHT, Four Over Six or block128 scales run the item loop rolled: unrolled, every warp
-// streamed 6,000-17,000 distinct instructions once through the instruction caches (the dual quantizer's
-// ncu profile, docs/BENCHMARKS.md sixth session). Rolled, two items' loads are in flight (the one being
-// quantized and the next), one with Four Over Six (its candidate encodings need the registers): within
-// three thread blocks per SM without spills. FP32 input (two items) stays unrolled: rolled, its block128
-// RTN form took 29.6 us instead of 27.0 us on 4096 x 4096 (docs/BENCHMARKS.md, seventh session).
-// Rolled kernels run on a persistent grid (three thread blocks per SM, each thread striding over the
-// tensor): a grid of 4-item thread blocks left its last wave a fifth full on 64 MiB operands.
-constexpr bool rows_rolled(QuantIoType t, bool block128, bool sr, int rht, bool fos) {
-  return t == QuantIoType::kBF16 && (block128 || sr || rht != 0 || fos);
-}
-constexpr int kRolledBlocksPerSm = 3;
-
 // 1x16 blocks. kRht: 0, 16, or -1 for a run-time width of 32..128.
 template <QuantIoType T, bool kBlock128, bool kSr, int kRht, bool kFos>
 __global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(QuantArgs a) {
   constexpr int kItems = rows_items(T);
   __shared__ float e_table[kBlock128 ? 1 : 256];
   const int64_t nblocks = a.rows * a.cols / 16;
-  constexpr bool kRolled = rows_rolled(T, kBlock128, kSr, kRht, kFos);
+  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * (kItems * kThreads) + threadIdx.x;
+  // Modes with SR, an RHT, Four Over Six or block128 scales run the item loop rolled: unrolled, every warp
+  // streamed 6,000-17,000 distinct instructions once through the instruction caches (the dual quantizer's
+  // ncu profile, docs/BENCHMARKS.md sixth session). Rolled, two items' loads are in flight (the one being
+  // quantized and the next), one with Four Over Six (its candidate encodings need the registers): within
+  // three thread blocks per SM without spills. FP32 input (two items) stays unrolled: rolled, its block128
+  // RTN form took 29.6 us instead of 27.0 us on 4096 x 4096 (docs/BENCHMARKS.md, seventh session).
+  constexpr bool kRolled = T == QuantIoType::kBF16 && (kBlock128 || kSr || kRht != 0 || kFos);
   constexpr int kAhead = !kRolled ? kItems : kFos ? 1 : 2;
-  // Item s of this thread is 16-element block b0 + s * stride; a warp's items are 32 consecutive blocks.
-  const int64_t stride = kRolled ? static_cast<int64_t>(gridDim.x) * kThreads : kThreads;
-  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * (kRolled ? kThreads : kItems * kThreads) + threadIdx.x;
-  const int64_t warp_b0 = b0 - (threadIdx.x & 31);
-  // Items of this warp (the same for its lanes: the RHT and the 128-element amax use shuffles).
-  const int n_items = !kRolled ? kItems
-                      : warp_b0 >= nblocks ? 0
-                                           : static_cast<int>((nblocks - warp_b0 + stride - 1) / stride);
   auto load_item = [&](int s, Raw16<T>& raw) {
-    if (b0 + s * stride < nblocks)
-      qk::load_raw16<T>(a.x, 16 * (b0 + s * stride), raw);
+    if (b0 + s * kThreads < nblocks)
+      qk::load_raw16<T>(a.x, 16 * (b0 + s * kThreads), raw);
     else
       qk::zero_raw16<T>(raw);
   };
@@ -145,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(QuantArgs a)
 
   unsigned nonfinite = 0;
   auto quantize_item = [&](const Raw16<T>& raw, int s) {
-    const int64_t b = b0 + s * stride, i0 = 16 * b;
+    const int64_t b = b0 + s * kThreads, i0 = 16 * b;
     float v[16];
     uint2 signs;
     bool bad = false;
@@ -186,19 +172,19 @@ __global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(QuantArgs a)
   if constexpr (kRolled && kAhead == 2) {
     // Two items per iteration, each buffer refilled right after its item: no register copies between them
     // (a one-item loop moved the second buffer into the first, 16 moves per item).
+    static_assert(kItems % 2 == 0, "items come in pairs");
 #pragma unroll 1
-    for (int s = 0; s < n_items; s += 2) {
+    for (int s = 0; s < kItems; s += 2) {
       quantize_item(raw[0], s);
-      if (s + 2 < n_items) load_item(s + 2, raw[0]);
-      if (s + 1 == n_items) break;
+      if (s + 2 < kItems) load_item(s + 2, raw[0]);
       quantize_item(raw[1], s + 1);
-      if (s + 3 < n_items) load_item(s + 3, raw[1]);
+      if (s + 3 < kItems) load_item(s + 3, raw[1]);
     }
   } else if constexpr (kRolled) {
 #pragma unroll 1
-    for (int s = 0; s < n_items; ++s) {
+    for (int s = 0; s < kItems; ++s) {
       quantize_item(raw[0], s);
-      if (s + 1 < n_items) load_item(s + 1, raw[0]);
+      if (s + 1 < kItems) load_item(s + 1, raw[0]);
     }
   } else {
 #pragma unroll
@@ -300,17 +286,14 @@ void launch_quantize(const QuantArgs& a, const QuantSpec& spec, cudaStream_t str
     });
     return;
   }
-  const int64_t nblocks = a.rows * a.cols / 16;
-  const int64_t groups = qk::ceil_div(nblocks, rows_items(T) * kThreads);
+  const int64_t groups = qk::ceil_div(a.rows * a.cols / 16, rows_items(T) * kThreads);
   FP4_CHECK(groups < (int64_t{1} << 31), "quantize_nvfp4_cuda: tensor [", a.rows, " x ", a.cols,
             "] is too large for one launch");
+  const auto grid = static_cast<unsigned>(groups);
   with_bool(spec.outer == OuterScale::kBlock128, [&](auto kB128) {
     with_bool(sr, [&](auto kSr) {
       with_rht(spec.rht_n, [&](auto kRht) {
         with_bool(spec.four_over_six == FourOverSix::kMse, [&](auto kFos) {
-          const unsigned grid = rows_rolled(T, kB128(), kSr(), kRht(), kFos())
-                                    ? qk::grid_for(nblocks, kThreads, kRolledBlocksPerSm)
-                                    : static_cast<unsigned>(groups);
           quantize_rows_kernel<T, kB128(), kSr(), kRht(), kFos()><<<grid, kThreads, 0, stream>>>(a);
         });
       });
