@@ -138,6 +138,7 @@ phase_smoke1b() {
   done
 }
 phase_buildq() { configure_and_build quantize_bench train_bench; }
+phase_buildqb() { configure_and_build quantize_bench; }  # the quantizer benchmark alone (profiles)
 phase_buildlite() { configure_and_build fp4train train_bench; }  # what training and the recipe bench need
 phase_recipebench() {
   for cfg in ${RB_CONFIGS:-olmo2-70m olmo2-370m}; do
