@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "numerics/const_div.h"
 #include "numerics/formats.h"
 #include "numerics/hd.h"
 
@@ -92,6 +93,33 @@ FP4_HD float nvfp4_block128_outer(float amax128, bool four_over_six, float targe
 FP4_HD uint8_t nvfp4_scale_block128(float amax16, float s_out, float target) {
   const float t = amax16 / s_out / target;
   return t == 0.0f ? uint8_t{0x01} : e4m3_encode(t);
+}
+
+// The same two scale steps by constant divisions (const_div.h), bit for bit: the divisors of
+// nvfp4_block128_outer (the E4M3 bound, then its target) and nvfp4_scale_block128's target. The GPU kernels
+// use these; tests/unit/numerics/nvfp4_quantize_test.cpp compares them with the two functions above.
+struct Block128Divisors {
+  ConstDivisor bound, outer_target, target;
+};
+
+inline Block128Divisors make_block128_divisors(bool four_over_six, float target) {
+  return Block128Divisors{make_const_divisor(four_over_six ? kFourOverSixTensorBound : kE4m3Max),
+                          make_const_divisor(four_over_six ? kNvfp4Target : target), make_const_divisor(target)};
+}
+
+inline constexpr float kOuterConstDivMin = 8.271806125530277e-25f;  // 2^-80: amax128 / bound stays >= 2^-90
+
+// nvfp4_block128_outer(amax128, four_over_six, target) for a finite amax128 >= 0; one below 2^-80 (but not
+// 0) takes that function itself, whose first quotient would leave const_div_rn's exact range.
+FP4_HD float nvfp4_block128_outer_cd(float amax128, const Block128Divisors& d, bool four_over_six, float target) {
+  if (!(amax128 >= kOuterConstDivMin || amax128 == 0.0f)) return nvfp4_block128_outer(amax128, four_over_six, target);
+  const float s = const_div_rn(const_div_rn(amax128, d.bound), d.outer_target);
+  return s == 0.0f ? 1.0f : s;
+}
+
+// The quotient t = amax16 / s_out / target of nvfp4_scale_block128 (finite amax16 >= 0, s_out > 0).
+FP4_HD float nvfp4_block128_inner_quotient_cd(float amax16, float s_out, const Block128Divisors& d) {
+  return const_div_or_ieee(amax16 / s_out, d.target);
 }
 
 // The divisor p of a block, prepared once per block so that elements need no division: p = m 2^e with

@@ -381,9 +381,7 @@ struct Nvfp4Params {
   float amax = 0.0f;                       // tensor amax (Four Over Six error measure)
   RngStream rng;
   PhiloxStream32 philox;  // rng's per-stream Philox work, for kernels whose SR blocks stay below 2^32
-  // nvfp4_block128_outer's divisors (the E4M3 bound, then the target) and nvfp4_scale_block128's target,
-  // for block128_outer_fast and block128_scale_fast.
-  ConstDivisor div_bound, div_outer_target, div_target;
+  Block128Divisors div;    // the block128 scale steps' constant divisors (block128_outer_fast, _scale_fast)
 };
 
 inline Nvfp4Params make_params(const QuantSpec& spec, const QuantRandomness& rnd) {
@@ -395,9 +393,7 @@ inline Nvfp4Params make_params(const QuantSpec& spec, const QuantRandomness& rnd
   p.inv_target = 1.0f / p.target;
   p.rng = rnd.sr;
   p.philox = philox_stream32(rnd.sr);
-  p.div_bound = make_const_divisor(p.four_over_six ? kFourOverSixTensorBound : kE4m3Max);
-  p.div_outer_target = make_const_divisor(p.four_over_six ? kNvfp4Target : p.target);
-  p.div_target = make_const_divisor(p.target);
+  p.div = make_block128_divisors(p.four_over_six, p.target);
   return p;
 }
 
@@ -406,19 +402,14 @@ inline Nvfp4Params make_params(const QuantSpec& spec, const QuantRandomness& rnd
 // (const_div.h) for the scales and the reciprocal quotient on p itself for the elements. Each falls back to
 // the reference form where its exactness argument does not reach (tiny amaxes, divisors outside 2^+-64).
 
-inline constexpr float kOuterFastMin = 8.271806125530277e-25f;  // 2^-80: amax128 / bound stays >= 2^-90
-
 // nvfp4_block128_outer(amax128, four_over_six, target) for a finite amax128.
 __device__ __forceinline__ float block128_outer_fast(float amax128, const Nvfp4Params& p) {
-  if (!(amax128 >= kOuterFastMin || amax128 == 0.0f))
-    return nvfp4_block128_outer(amax128, p.four_over_six, p.target);
-  const float s = const_div_rn(const_div_rn(amax128, p.div_bound), p.div_outer_target);
-  return s == 0.0f ? 1.0f : s;
+  return nvfp4_block128_outer_cd(amax128, p.div, p.four_over_six, p.target);
 }
 
 // nvfp4_scale_block128(amax16, outer, target) for a finite block (e4m3_code_nonneg: the fast encoder).
 __device__ __forceinline__ uint8_t block128_scale_fast(float amax16, float outer, const Nvfp4Params& p) {
-  const float t = const_div_or_ieee(amax16 / outer, p.div_target);
+  const float t = nvfp4_block128_inner_quotient_cd(amax16, outer, p.div);
   return t == 0.0f ? uint8_t{0x01} : static_cast<uint8_t>(e4m3_code_nonneg(t));
 }
 

@@ -68,5 +68,33 @@ TEST(ConstDiv, TheTinyRangeReallyNeedsTheIeeeDivision) {
   EXPECT_EQ(const_div_or_ieee(x, d), 0.0f);
 }
 
+
+// The block128 scale steps by constant division against nvfp4_block128_outer / nvfp4_scale_block128's
+// quotient, for every recipe setting (Four Over Six's bound 256, sr_headroom's target 96/17): amaxes of every
+// exponent, subnormals and zero included, and 16-block amaxes at or below their segment's.
+TEST(ConstDiv, Block128ScaleStepsEqualTheReference) {
+  FP4_SEEDED_RNG(rng);
+  std::uniform_int_distribution<uint32_t> mant(0, 0x7FFFFF), expo(0, 254);
+  std::uniform_real_distribution<float> frac(0.0f, 1.0f);
+  for (bool fos : {false, true}) {
+    for (float target : {kNvfp4Target, kNvfp4HeadroomTarget}) {
+      if (fos && target != kNvfp4Target) continue;  // Four Over Six always maps to 6
+      const Block128Divisors d = make_block128_divisors(fos, target);
+      for (int i = 0; i < 400'000; ++i) {
+        const float amax128 = i == 0 ? 0.0f : bits_float((expo(rng) << 23) | mant(rng));
+        const float want_outer = nvfp4_block128_outer(amax128, fos, target);
+        const float outer = nvfp4_block128_outer_cd(amax128, d, fos, target);
+        ASSERT_EQ(float_bits(outer), float_bits(want_outer)) << "amax128 " << amax128 << " fos " << fos;
+        // A 16-block amax at or below the segment's: a fraction of it, or a value of any smaller exponent.
+        const float amax16 = (i & 1) ? amax128 * frac(rng) : bits_float((expo(rng) << 23) | mant(rng));
+        if (!(amax16 <= amax128)) continue;
+        ASSERT_EQ(float_bits(nvfp4_block128_inner_quotient_cd(amax16, outer, d)),
+                  float_bits(amax16 / outer / target))
+            << "amax16 " << amax16 << " s_out " << outer;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fp4
