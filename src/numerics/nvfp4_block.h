@@ -97,7 +97,7 @@ FP4_HD uint8_t nvfp4_scale_block128(float amax16, float s_out, float target) {
 
 // The same two scale steps by constant divisions (const_div.h), bit for bit: the divisors of
 // nvfp4_block128_outer (the E4M3 bound, then its target) and nvfp4_scale_block128's target. The GPU kernels
-// use these; tests/unit/numerics/nvfp4_quantize_test.cpp compares them with the two functions above.
+// use these; tests/unit/numerics/const_div_test.cpp compares them with the two functions above.
 struct Block128Divisors {
   ConstDivisor bound, outer_target, target;
 };
