@@ -30,6 +30,7 @@
 #   smoke1b      two training steps of olmo2-1b (bf16 and tetrajet-v2-base) through train_bench
 #   qprofile     Nsight Compute sections of the quantization kernels + their SASS instruction counts
 #   sass         cuobjdump -sass of the quantizer objects (instruction counts)
+#   buildqb      configure + build quantize_bench alone (for profiles)
 #   stepprofile  per-kernel times of one olmo2-70m training step (bf16 and tetrajet-v2-base) under ncu
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -296,14 +297,11 @@ phase_qprofile() {
       --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis \
       $B/quantize_bench --sizes-mib 64 --dtypes bf16 --runs 1 >"$out/ncu-$k.txt" 2>&1
   done
-  for f in quant_nvfp4 quant_dual; do
-    obj=$(find $B -name "$f.cu.o" | head -1)
-    cuobjdump -sass "$obj" 2>&1 | gzip >"$out/sass-$f.txt.gz"
-  done
+  phase_sass
   note "qprofile done: $(ls "$out" | grep -c ncu-) ncu reports"
   grep -E "^  [a-z_]+.*kernel|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Issue Slots Busy|Registers Per" "$out"/ncu-*.txt | head -60
 }
-phase_sass() {  # SASS of the quantizer objects, for instruction counts without device time
+phase_sass() {  # SASS of the quantizer objects (cuobjdump is on the GPU machine, not on the dev machines)
   for f in quant_nvfp4 quant_dual quant_dual_general_quantize; do
     obj=$(find $B -name "$f.cu.o" | head -1)
     cuobjdump -sass "$obj" 2>&1 | gzip >"$out/sass-$f.txt.gz"
