@@ -31,6 +31,7 @@
 #   qprofile     Nsight Compute sections of the quantization kernels + their SASS instruction counts
 #   sass         cuobjdump -sass of the quantizer objects (instruction counts)
 #   buildqb      configure + build quantize_bench alone (for profiles)
+#   buildqt      configure + build quantize_bench and test_cuda (quantizer work)
 #   stepprofile  per-kernel times of one olmo2-70m training step (bf16 and tetrajet-v2-base) under ncu
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -140,6 +141,7 @@ phase_smoke1b() {
 }
 phase_buildq() { configure_and_build quantize_bench train_bench; }
 phase_buildqb() { configure_and_build quantize_bench; }  # the quantizer benchmark alone (profiles)
+phase_buildqt() { configure_and_build quantize_bench test_cuda; }  # quantizer benchmark + CUDA tests
 phase_buildlite() { configure_and_build fp4train train_bench; }  # what training and the recipe bench need
 phase_recipebench() {
   for cfg in ${RB_CONFIGS:-olmo2-70m olmo2-370m}; do
@@ -320,7 +322,7 @@ phase_stepprofile() {
 }
 
 for p in "$@"; do
-  "phase_$p" || { note "phase $p failed"; [ "$p" = build ] && break; }
+  "phase_$p" || { note "phase $p failed"; [[ $p == build* ]] && break; }
 done
 # Everything in one archive (the device tool brings back only a few files per call).
 (cd "$out" && tar czf ../gpu-out.tar.gz . && mv ../gpu-out.tar.gz .) 2>/dev/null

@@ -101,9 +101,17 @@ __device__ __forceinline__ float prepare16(const QuantArgs& a, const Raw16<T>& r
   }
 }
 
+// Thread blocks per SM the 1x16 kernel is compiled for. Block128 RTN on BF16 (with or without RHT16) waits
+// on its loads, not on issue (ncu, docs/BENCHMARKS.md eighth session), and fits 64 registers without
+// spills: four blocks per SM there, three elsewhere (the SR and Four Over Six forms would spill at 64).
+constexpr int rows_min_blocks(QuantIoType t, bool block128, bool sr, int rht, bool fos) {
+  return t == QuantIoType::kBF16 && block128 && !sr && !fos && (rht == 0 || rht == 16) ? 4 : 3;
+}
+
 // 1x16 blocks. kRht: 0, 16, or -1 for a run-time width of 32..128.
 template <QuantIoType T, bool kBlock128, bool kSr, int kRht, bool kFos>
-__global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(QuantArgs a) {
+__global__ void __launch_bounds__(kThreads, rows_min_blocks(T, kBlock128, kSr, kRht, kFos))
+    quantize_rows_kernel(QuantArgs a) {
   constexpr int kItems = rows_items(T);
   __shared__ float e_table[kBlock128 ? 1 : 256];
   const int64_t nblocks = a.rows * a.cols / 16;
