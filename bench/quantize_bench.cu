@@ -135,6 +135,10 @@ void run_size(int64_t mib, QuantIoType dtype, int runs, cudaStream_t stream) {
   QuantSpec b128_sr_rht = b128_rtn;
   b128_sr_rht.rounding = Rounding::kSr;
   b128_sr_rht.rht_n = 16;
+  QuantSpec b128_sr = b128_rtn;
+  b128_sr.rounding = Rounding::kSr;
+  QuantSpec tensor_sr_rows = tensor_rtn;
+  tensor_sr_rows.rounding = Rounding::kSr;
   QuantSpec aligned = b128_sr_rht;
   aligned.source = QuantSource::kAligned;
   QuantRandomness rnd;
@@ -159,6 +163,12 @@ void run_size(int64_t mib, QuantIoType dtype, int runs, cudaStream_t stream) {
   });
   time("nvfp4 1x16 block128 rtn", in_bytes + nvfp4_b128_out, [&](int i) {
     quantize_nvfp4_cuda(input(i), b128_rtn, rnd, q_b128.view(), nullptr, nullptr, none, stream);
+  });
+  time("nvfp4 1x16 tensor sr (quantize)", in_bytes + nvfp4_tensor_out, [&](int i) {
+    quantize_nvfp4_cuda(input(i), tensor_sr_rows, rnd, q_tensor.view(), amax.data(), nullptr, none, stream);
+  });
+  time("nvfp4 1x16 block128 sr", in_bytes + nvfp4_b128_out, [&](int i) {
+    quantize_nvfp4_cuda(input(i), b128_sr, rnd, q_b128.view(), nullptr, nullptr, none, stream);
   });
   time("nvfp4 1x16 block128 sr rht16", in_bytes + nvfp4_b128_out, [&](int i) {
     quantize_nvfp4_cuda(input(i), b128_sr_rht, rnd, q_b128.view(), nullptr, nullptr, none, stream);

@@ -115,15 +115,46 @@ __device__ __forceinline__ void butterfly16(float (&v)[16]) {
   }
 }
 
-__device__ __forceinline__ void rht_local16(float (&v)[16], uint32_t neg) {
-#pragma unroll
-  for (int i = 0; i < 16; ++i)
-    v[i] = bits_float(float_bits(v[i]) ^ (((neg >> i) & 1u) << 31));  // -x: sign flip
+// The butterflies h = 1..8 of one block, after its signs.
+__device__ __forceinline__ void rht_butterflies16(float (&v)[16]) {
   butterfly16<1>(v);
   butterfly16<2>(v);
   butterfly16<4>(v);
   butterfly16<8>(v);
 }
+
+__device__ __forceinline__ void rht_local16(float (&v)[16], uint32_t neg) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    v[i] = bits_float(float_bits(v[i]) ^ (((neg >> i) & 1u) << 31));  // -x: sign flip
+  rht_butterflies16(v);
+}
+
+// RHT16's signs as xor words for the raw input words of a block: every block of an RHT16 operand starts a
+// segment (position 0), so the words are the same for all blocks and are formed once on the host. Flipping
+// a sign bit before BF16 -> FP32 (exact) or after gives the same value: one xor per input word, taken from
+// the kernel parameters, instead of a shift and an xor per element. BF16: word j holds elements 2j (bit 15)
+// and 2j + 1 (bit 31); FP32: word i holds element i (bit 31).
+struct Rht16SignWords {
+  uint32_t w[16] = {};
+};
+
+inline Rht16SignWords make_rht16_sign_words(const RhtSigns& s, QuantIoType t) {
+  Rht16SignWords r;
+  for (int i = 0; i < 16; ++i) {
+    if (!s.negative(i)) continue;
+    if (t == QuantIoType::kBF16)
+      r.w[i >> 1] |= (i & 1) != 0 ? 0x80000000u : 0x8000u;
+    else
+      r.w[i] |= 0x80000000u;
+  }
+  return r;
+}
+
+// The 16 values of raw words with the RHT16 signs applied, then the butterflies and the 1/4 scaling:
+// rht_block16(v, signs, 16, c0) of the converted words, bit for bit.
+template <QuantIoType T>
+__device__ __forceinline__ void convert16_rht16(const Raw16<T>& raw, const Rht16SignWords& sw, float (&v)[16]);
 
 // One butterfly stage with the block in lane ^ lane_xor. `upper`: this block holds the x[j + h] side.
 __device__ __forceinline__ void rht_cross_lanes(float (&v)[16], int lane_xor, bool upper) {
@@ -138,6 +169,23 @@ __device__ __forceinline__ void rht_scale16(float (&v)[16], int n) {
   const float norm = rht_norm(n);
 #pragma unroll
   for (int i = 0; i < 16; ++i) v[i] = mul_rn(v[i], norm);
+}
+
+// The RHT16 of a block whose signs are already applied: the butterflies, then the 1/4 scaling.
+__device__ __forceinline__ void rht16_presigned(float (&v)[16]) {
+  rht_butterflies16(v);
+  rht_scale16(v, 16);
+}
+
+template <QuantIoType T>
+__device__ __forceinline__ void convert16_rht16(const Raw16<T>& raw, const Rht16SignWords& sw, float (&v)[16]) {
+  Raw16<T> x;
+#pragma unroll
+  for (int q = 0; q < (T == QuantIoType::kF32 ? 4 : 2); ++q)
+    x.w[q] = make_uint4(raw.w[q].x ^ sw.w[4 * q], raw.w[q].y ^ sw.w[4 * q + 1], raw.w[q].z ^ sw.w[4 * q + 2],
+                        raw.w[q].w ^ sw.w[4 * q + 3]);
+  convert16<T>(x, v);
+  rht16_presigned(v);
 }
 
 // Whole RHT of the block at column c0 (a multiple of 16) of its row (or any index congruent to it modulo
@@ -228,9 +276,10 @@ __device__ __forceinline__ uint32_t e2m1_rtn_bits(float a) {
 // e2m1_sr_index(a, random) in bits 22..24 (junk below) for a >= 0 or NaN: with c = min(a, 6) the bits of
 // c * 2^-126 are index << 22 | frac (index 7 only at 6, frac 0), and adding 2^22 - 1 - u, u = random >> 10,
 // carries into bit 22 exactly when u < frac.
+// (~random >> 10 is 2^22 - 1 - u.)
 __device__ __forceinline__ uint32_t e2m1_sr_bits(float a, uint32_t random) {
   const uint32_t s = __float_as_uint(__fmul_rn(fminf(a, kE2m1Max), kTwoPowMinus126));
-  return s + (0x3FFFFFu - (random >> 10));
+  return s + (~random >> 10);
 }
 
 // prmt.b32: byte k of the result is byte sel[4k..4k+2] of {a, b}; with bit 4k+3 set, that byte's sign.

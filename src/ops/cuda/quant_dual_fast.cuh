@@ -83,28 +83,6 @@ __device__ __forceinline__ void store_values16(void* base, bool as_bf16, int64_t
   }
 }
 
-template <int H>
-__device__ __forceinline__ void butterflies(float (&v)[16]) {
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-    if ((j & H) == 0) {
-      const float x = v[j], y = v[j + H];
-      v[j] = add_rn(x, y);
-      v[j + H] = add_rn(x, -y);
-    }
-}
-
-// The RHT16 of a block whose signs are already applied: butterflies h = 1..8 and the 1/4 scaling, as
-// hadamard.h's rht_segment<16> orders them.
-__device__ __forceinline__ void hadamard16_scaled(float (&v)[16]) {
-  butterflies<1>(v);
-  butterflies<2>(v);
-  butterflies<4>(v);
-  butterflies<8>(v);
-#pragma unroll
-  for (int i = 0; i < 16; ++i) v[i] = mul_rn(v[i], 0.25f);
-}
-
 // amax of a block as amax_finite16 gives it; `bad` and the non-finite count when the block has NaN/Inf.
 __device__ __forceinline__ float block_amax(const float (&v)[16], bool& bad, unsigned& nonfinite) {
   float m = 0.0f;
@@ -211,7 +189,7 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
       if constexpr (F::kRRht) {
 #pragma unroll
         for (int i = 0; i < 16; ++i) v[i] = bits_float(float_bits(v[i]) ^ (((row_neg >> i) & 1u) << 31));
-        hadamard16_scaled(v);
+        qk::rht16_presigned(v);
       }
       bool bad = false;
       const float amax16 = block_amax(v, bad, nonfinite);
@@ -311,7 +289,7 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
 #pragma unroll
       for (int i = 0; i < 16; ++i) v[i] = bits_float(static_cast<uint32_t>(tile[(rb + i) * kFastTile + cl]) << 16);
     }
-    if constexpr (F::kCRht) hadamard16_scaled(v);
+    if constexpr (F::kCRht) qk::rht16_presigned(v);
   };
 
   // Pass A: the four blocks' amax (and the 128-block's). Pass B encodes them. A BF16 tile is read and

@@ -32,6 +32,7 @@ struct QuantArgs {
   qk::Nvfp4Params p;
   int rht_n;
   RhtSigns signs;
+  qk::Rht16SignWords rht16_signs;  // rht_n == 16: the signs as xor words on the input (convert16_rht16)
   const float* amax;
   Nvfp4DeviceView out;
   unsigned long long* nonfinite;
@@ -89,8 +90,12 @@ __device__ __forceinline__ void store_block(const QuantArgs& a, int64_t b, bool 
 template <QuantIoType T, int kRht>
 __device__ __forceinline__ float prepare16(const QuantArgs& a, const Raw16<T>& raw, int64_t i0,
                                            float (&v)[16], uint2& signs, bool& bad) {
-  qk::convert16<T>(raw, v);
-  if constexpr (kRht != 0) qk::rht_block16(v, a.signs, kRht > 0 ? kRht : a.rht_n, i0);
+  if constexpr (kRht == 16) {
+    qk::convert16_rht16<T>(raw, a.rht16_signs, v);
+  } else {
+    qk::convert16<T>(raw, v);
+    if constexpr (kRht != 0) qk::rht_block16(v, a.signs, a.rht_n, i0);
+  }
   if constexpr (T == QuantIoType::kBF16 && kRht == 0) {
     signs = make_uint2(qk::sign_nibbles_bf16(raw.w[0].x, raw.w[0].y, raw.w[0].z, raw.w[0].w),
                        qk::sign_nibbles_bf16(raw.w[1].x, raw.w[1].y, raw.w[1].z, raw.w[1].w));
@@ -331,6 +336,7 @@ void quantize_nvfp4_cuda(const DeviceInput& x, const QuantSpec& spec, const Quan
   a.p = qk::make_params(spec, rnd);
   a.rht_n = spec.rht_n;
   a.signs = rnd.signs;
+  if (spec.rht_n == 16) a.rht16_signs = qk::make_rht16_sign_words(rnd.signs, x.dtype);
   a.amax = amax_device;
   a.out = out;
   a.nonfinite = nonfinite_device;
