@@ -130,12 +130,13 @@ phase_rowsdetail() {
 }
 phase_qbench() {
   # The SM clock while the benchmark runs (the instruction budgets in docs/BENCHMARKS.md depend on it).
-  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv -lms 50 \
-    >"$out/qbench-clocks.csv" 2>&1 &
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv -lms 100 \
+    -f "$out/qbench-clocks.csv" >/dev/null 2>&1 &
   local smi=$!
   timeout 200 $B/quantize_bench ${QBENCH_ARGS:-} >"$out/quantize_bench.log" 2>&1
   note "quantize_bench rc=$?"
-  kill $smi 2>/dev/null
+  kill -INT $smi 2>/dev/null  # SIGINT: nvidia-smi flushes its file and stops
+  wait $smi 2>/dev/null
   note "SM clock during quantize_bench (MHz): $(awk -F', ' 'NR > 1 && $2 + 0 > 0 {n++; s += $2; if ($2 + 0 > mx) mx = $2 + 0; if (mn == 0 || $2 + 0 < mn) mn = $2 + 0} END {if (n) printf "mean %.0f, min %d, max %d over %d samples", s / n, mn, mx, n}' "$out/qbench-clocks.csv")"
   grep -E "^\|" "$out/quantize_bench.log" | grep -E "copy|1x16|16x16|dual|dequant|amax" | head -24
 }
