@@ -462,6 +462,31 @@ __device__ __forceinline__ uint8_t block128_scale_fast(float amax16, float outer
   return t == 0.0f ? uint8_t{0x01} : static_cast<uint8_t>(e4m3_code_nonneg(t));
 }
 
+// The block128 scale steps of an ordinary block, without any of the general steps' fallbacks, and whether
+// the block is ordinary: finite values, amax128 >= 2^-80 (block128_outer_fast's constant divisions without
+// its fallback; s_out > 0, so never the 0 -> 1 rule), amax16 / s_out >= 2^-90 (the constant division by the
+// target without its IEEE fallback; t > 0, so never code 0x01), and what block128_direct asks. Then scale,
+// outer and prod equal those of block128_outer_fast, block128_scale_fast and the product the kernels form,
+// bit for bit; for any other block they are meaningless. No Four Over Six (its scale search is not here).
+struct Block128Ordinary {
+  float outer, prod;
+  uint8_t scale;
+  bool ok;
+};
+
+__device__ __forceinline__ bool block128_direct(uint8_t scale, float prod);
+
+__device__ __forceinline__ Block128Ordinary block128_ordinary(float amax16, float amax128, bool bad,
+                                                              const Nvfp4Params& p) {
+  Block128Ordinary o;
+  o.outer = const_div_rn(const_div_rn(amax128, p.div.bound), p.div.outer_target);
+  const float x = amax16 / o.outer;
+  o.scale = static_cast<uint8_t>(e4m3_code_nonneg(const_div_rn(x, p.div.target)));
+  o.prod = __fmul_rn(e4m3_value(o.scale), o.outer);
+  o.ok = !bad && amax128 >= kOuterConstDivMin && x >= kConstDivMinExact && block128_direct(o.scale, o.prod);
+  return o;
+}
+
 // Whether a block with scale code `scale` and p = s_in * s_out takes encode16_direct: a normal E4M3 scale
 // (s_in >= t * 15/16, so every quotient is below 6.4 and RTN needs no saturation) and p in [2^-64, 2^64]
 // (block128_quotient_direct's range). A NaN p (non-finite block) fails the range test.

@@ -154,20 +154,40 @@ __global__ void __launch_bounds__(kThreads, rows_min_blocks(T, kBlock128, kSr, k
     float outer;
     uint2 codes;
     if constexpr (kBlock128) {
-      outer = qk::block128_outer_fast(qk::max8_lanes(amax16), p);
-      if constexpr (kFos)
-        scale = bad ? kE4m3Nan : nvfp4_scale_block128_4o6(v, amax16, outer);
-      else
-        scale = bad ? kE4m3Nan : qk::block128_scale_fast(amax16, outer, p);
-      const float prod = bad ? e4m3_decode(kE4m3Nan) : __fmul_rn(qk::e4m3_value(scale), outer);
-      if (qk::block128_direct(scale, prod) && (!kSr || a.ctr32)) {
-        codes = qk::encode16_direct<kSr>(v, block128_recip(prod), signs, p.philox, static_cast<uint32_t>(i0 >> 2));
-      } else {
-        const Block128Divisor d = qk::block128_divisor_fast(prod);
-        if (d.r != 0.0f)
-          codes = qk::encode16_fast<true, kSr>(v, 0.0f, d, signs, p.rng, static_cast<uint64_t>(i0));
-        else  // NaN (non-finite block), subnormal or huge divisor: the reference encoder divides
-          codes = qk::encode16_mode<true, kSr>(v, prod, p.rng, static_cast<uint64_t>(i0));
+      const float amax128 = qk::max8_lanes(amax16);
+      const bool direct_words = !kSr || a.ctr32;  // encode16_direct's SR words need a 32-bit counter
+      // Ordinary blocks (nearly all) take the fast scale steps and the direct encoder with one branch; the
+      // others, and every Four Over Six block, the general steps below (none of the non-ordinary blocks
+      // without Four Over Six is one block128_direct admits: a tiny amax128 or quotient gives a tiny p or a
+      // subnormal scale, a non-finite block the NaN scale).
+      bool done = false;
+      if constexpr (!kFos) {
+        const qk::Block128Ordinary o = qk::block128_ordinary(amax16, amax128, bad, p);
+        if (o.ok && direct_words) {
+          outer = o.outer;
+          scale = o.scale;
+          codes = qk::encode16_direct<kSr>(v, block128_recip(o.prod), signs, p.philox,
+                                           static_cast<uint32_t>(i0 >> 2));
+          done = true;
+        }
+      }
+      if (!done) {
+        outer = qk::block128_outer_fast(amax128, p);
+        if constexpr (kFos)
+          scale = bad ? kE4m3Nan : nvfp4_scale_block128_4o6(v, amax16, outer);
+        else
+          scale = bad ? kE4m3Nan : qk::block128_scale_fast(amax16, outer, p);
+        const float prod = bad ? e4m3_decode(kE4m3Nan) : __fmul_rn(qk::e4m3_value(scale), outer);
+        if (kFos && qk::block128_direct(scale, prod) && direct_words) {
+          codes = qk::encode16_direct<kSr>(v, block128_recip(prod), signs, p.philox,
+                                           static_cast<uint32_t>(i0 >> 2));
+        } else {
+          const Block128Divisor d = qk::block128_divisor_fast(prod);
+          if (d.r != 0.0f)
+            codes = qk::encode16_fast<true, kSr>(v, 0.0f, d, signs, p.rng, static_cast<uint64_t>(i0));
+          else  // NaN (non-finite block), subnormal or huge divisor: the reference encoder divides
+            codes = qk::encode16_mode<true, kSr>(v, prod, p.rng, static_cast<uint64_t>(i0));
+        }
       }
     } else {
       outer = p.ts.s_dec;
