@@ -130,6 +130,27 @@ __device__ __forceinline__ void rht_local16(float (&v)[16], uint32_t neg) {
   rht_butterflies16(v);
 }
 
+// One butterfly stage with the block in lane ^ lane_xor. `upper`: this block holds the x[j + h] side.
+__device__ __forceinline__ void rht_cross_lanes(float (&v)[16], int lane_xor, bool upper) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const float other = __shfl_xor_sync(kFullMask, v[i], lane_xor);
+    v[i] = upper ? add_rn(other, -v[i]) : add_rn(v[i], other);
+  }
+}
+
+__device__ __forceinline__ void rht_scale16(float (&v)[16], int n) {
+  const float norm = rht_norm(n);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v[i] = mul_rn(v[i], norm);
+}
+
+// The RHT16 of a block whose signs are already applied: the butterflies, then the 1/4 scaling.
+__device__ __forceinline__ void rht16_presigned(float (&v)[16]) {
+  rht_butterflies16(v);
+  rht_scale16(v, 16);
+}
+
 // RHT16's signs as xor words for the raw input words of a block: every block of an RHT16 operand starts a
 // segment (position 0), so the words are the same for all blocks and are formed once on the host. Flipping
 // a sign bit before BF16 -> FP32 (exact) or after gives the same value: one xor per input word, taken from
@@ -153,30 +174,6 @@ inline Rht16SignWords make_rht16_sign_words(const RhtSigns& s, QuantIoType t) {
 
 // The 16 values of raw words with the RHT16 signs applied, then the butterflies and the 1/4 scaling:
 // rht_block16(v, signs, 16, c0) of the converted words, bit for bit.
-template <QuantIoType T>
-__device__ __forceinline__ void convert16_rht16(const Raw16<T>& raw, const Rht16SignWords& sw, float (&v)[16]);
-
-// One butterfly stage with the block in lane ^ lane_xor. `upper`: this block holds the x[j + h] side.
-__device__ __forceinline__ void rht_cross_lanes(float (&v)[16], int lane_xor, bool upper) {
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const float other = __shfl_xor_sync(kFullMask, v[i], lane_xor);
-    v[i] = upper ? add_rn(other, -v[i]) : add_rn(v[i], other);
-  }
-}
-
-__device__ __forceinline__ void rht_scale16(float (&v)[16], int n) {
-  const float norm = rht_norm(n);
-#pragma unroll
-  for (int i = 0; i < 16; ++i) v[i] = mul_rn(v[i], norm);
-}
-
-// The RHT16 of a block whose signs are already applied: the butterflies, then the 1/4 scaling.
-__device__ __forceinline__ void rht16_presigned(float (&v)[16]) {
-  rht_butterflies16(v);
-  rht_scale16(v, 16);
-}
-
 template <QuantIoType T>
 __device__ __forceinline__ void convert16_rht16(const Raw16<T>& raw, const Rht16SignWords& sw, float (&v)[16]) {
   Raw16<T> x;
@@ -275,8 +272,7 @@ __device__ __forceinline__ uint32_t e2m1_rtn_bits(float a) {
 
 // e2m1_sr_index(a, random) in bits 22..24 (junk below) for a >= 0 or NaN: with c = min(a, 6) the bits of
 // c * 2^-126 are index << 22 | frac (index 7 only at 6, frac 0), and adding 2^22 - 1 - u, u = random >> 10,
-// carries into bit 22 exactly when u < frac.
-// (~random >> 10 is 2^22 - 1 - u.)
+// carries into bit 22 exactly when u < frac (~random >> 10 is 2^22 - 1 - u).
 __device__ __forceinline__ uint32_t e2m1_sr_bits(float a, uint32_t random) {
   const uint32_t s = __float_as_uint(__fmul_rn(fminf(a, kE2m1Max), kTwoPowMinus126));
   return s + (~random >> 10);
@@ -462,6 +458,13 @@ __device__ __forceinline__ uint8_t block128_scale_fast(float amax16, float outer
   return t == 0.0f ? uint8_t{0x01} : static_cast<uint8_t>(e4m3_code_nonneg(t));
 }
 
+// Whether a block with scale code `scale` and p = s_in * s_out takes encode16_direct: a normal E4M3 scale
+// (s_in >= t * 15/16, so every quotient is below 6.4 and RTN needs no saturation) and p in [2^-64, 2^64]
+// (block128_quotient_direct's range). A NaN p (non-finite block) fails the range test.
+__device__ __forceinline__ bool block128_direct(uint8_t scale, float prod) {
+  return scale >= 0x08 && block128_direct_ok(prod);
+}
+
 // The block128 scale steps of an ordinary block, without any of the general steps' fallbacks, and whether
 // the block is ordinary: finite values, amax128 >= 2^-80 (block128_outer_fast's constant divisions without
 // its fallback; s_out > 0, so never the 0 -> 1 rule), amax16 / s_out >= 2^-90 (the constant division by the
@@ -474,8 +477,6 @@ struct Block128Ordinary {
   bool ok;
 };
 
-__device__ __forceinline__ bool block128_direct(uint8_t scale, float prod);
-
 __device__ __forceinline__ Block128Ordinary block128_ordinary(float amax16, float amax128, bool bad,
                                                               const Nvfp4Params& p) {
   Block128Ordinary o;
@@ -485,13 +486,6 @@ __device__ __forceinline__ Block128Ordinary block128_ordinary(float amax16, floa
   o.prod = __fmul_rn(e4m3_value(o.scale), o.outer);
   o.ok = !bad && amax128 >= kOuterConstDivMin && x >= kConstDivMinExact && block128_direct(o.scale, o.prod);
   return o;
-}
-
-// Whether a block with scale code `scale` and p = s_in * s_out takes encode16_direct: a normal E4M3 scale
-// (s_in >= t * 15/16, so every quotient is below 6.4 and RTN needs no saturation) and p in [2^-64, 2^64]
-// (block128_quotient_direct's range). A NaN p (non-finite block) fails the range test.
-__device__ __forceinline__ bool block128_direct(uint8_t scale, float prod) {
-  return scale >= 0x08 && block128_direct_ok(prod);
 }
 
 // Tensor outer scale from the device amax (as quantize_tensor_outer does on the CPU).
