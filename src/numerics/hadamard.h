@@ -39,6 +39,26 @@ FP4_HD RhtSigns rht_signs_nvidia16() {
   return out;
 }
 
+// The signs of RHT16 as xor masks for an operand's raw input words: flipping the sign bit of a BF16 value
+// before its (exact) conversion to FP32, or of an FP32 value itself, is the negation rht_segment applies.
+// bf16 = true: word j holds elements 2j (bit 15) and 2j + 1 (bit 31), words 0..7; else word i holds element i
+// (bit 31). The GPU quantizers apply them to every 16-element block (each starts its RHT16 segment).
+struct Rht16SignWords {
+  uint32_t w[16] = {};
+};
+
+inline Rht16SignWords rht16_sign_words(const RhtSigns& s, bool bf16) {
+  Rht16SignWords r;
+  for (int i = 0; i < 16; ++i) {
+    if (!s.negative(i)) continue;
+    if (bf16)
+      r.w[i >> 1] |= (i & 1) != 0 ? 0x80000000u : 0x8000u;
+    else
+      r.w[i] |= 0x80000000u;
+  }
+  return r;
+}
+
 // 1/sqrt(n) for n = 16, 32, 64, 128 (FP32, correctly rounded).
 FP4_HD float rht_norm(int n) {
   switch (n) {

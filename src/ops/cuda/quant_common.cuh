@@ -151,29 +151,10 @@ __device__ __forceinline__ void rht16_presigned(float (&v)[16]) {
   rht_scale16(v, 16);
 }
 
-// RHT16's signs as xor words for the raw input words of a block: every block of an RHT16 operand starts a
-// segment (position 0), so the words are the same for all blocks and are formed once on the host. Flipping
-// a sign bit before BF16 -> FP32 (exact) or after gives the same value: one xor per input word, taken from
-// the kernel parameters, instead of a shift and an xor per element. BF16: word j holds elements 2j (bit 15)
-// and 2j + 1 (bit 31); FP32: word i holds element i (bit 31).
-struct Rht16SignWords {
-  uint32_t w[16] = {};
-};
-
-inline Rht16SignWords make_rht16_sign_words(const RhtSigns& s, QuantIoType t) {
-  Rht16SignWords r;
-  for (int i = 0; i < 16; ++i) {
-    if (!s.negative(i)) continue;
-    if (t == QuantIoType::kBF16)
-      r.w[i >> 1] |= (i & 1) != 0 ? 0x80000000u : 0x8000u;
-    else
-      r.w[i] |= 0x80000000u;
-  }
-  return r;
-}
-
-// The 16 values of raw words with the RHT16 signs applied, then the butterflies and the 1/4 scaling:
-// rht_block16(v, signs, 16, c0) of the converted words, bit for bit.
+// The 16 values of raw words with the RHT16 signs applied as xor words (hadamard.h's rht16_sign_words: every
+// block of an RHT16 operand starts its segment, so one set serves all blocks; one xor per input word from
+// the kernel parameters instead of a shift and an xor per element), then the butterflies and the 1/4
+// scaling: rht_block16(v, signs, 16, c0) of the converted words, bit for bit.
 template <QuantIoType T>
 __device__ __forceinline__ void convert16_rht16(const Raw16<T>& raw, const Rht16SignWords& sw, float (&v)[16]) {
   Raw16<T> x;

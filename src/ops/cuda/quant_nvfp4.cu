@@ -32,7 +32,7 @@ struct QuantArgs {
   qk::Nvfp4Params p;
   int rht_n;
   RhtSigns signs;
-  qk::Rht16SignWords rht16_signs;  // rht_n == 16: the signs as xor words on the input (convert16_rht16)
+  Rht16SignWords rht16_signs;  // rht_n == 16: the signs as xor words on the input (convert16_rht16)
   const float* amax;
   Nvfp4DeviceView out;
   unsigned long long* nonfinite;
@@ -356,7 +356,7 @@ void quantize_nvfp4_cuda(const DeviceInput& x, const QuantSpec& spec, const Quan
   a.p = qk::make_params(spec, rnd);
   a.rht_n = spec.rht_n;
   a.signs = rnd.signs;
-  if (spec.rht_n == 16) a.rht16_signs = qk::make_rht16_sign_words(rnd.signs, x.dtype);
+  if (spec.rht_n == 16) a.rht16_signs = rht16_sign_words(rnd.signs, x.dtype == QuantIoType::kBF16);
   a.amax = amax_device;
   a.out = out;
   a.nonfinite = nonfinite_device;

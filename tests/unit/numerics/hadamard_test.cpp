@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <iterator>
 #include <cmath>
 #include <set>
 #include <vector>
@@ -148,6 +150,47 @@ TEST(Rht, NvidiaFixedSigns) {
   EXPECT_EQ(s.n, 16);
   for (int i = 0; i < 16; ++i) EXPECT_EQ(s.negative(i) ? -1 : +1, want[i]) << "sign " << i;
   EXPECT_EQ(s.mask[1] | s.mask[2] | s.mask[3], 0u);
+}
+
+// rht16_sign_words: xoring the raw input words (BF16 pairs or FP32) and converting gives the negations
+// rht_segment<16> applies, so the transform without signs of those values is rht_segment<16> of the
+// original, bit for bit (NaN outputs: NaN); on raw words of every kind (zeros, subnormals, infinities, NaNs).
+TEST(Rht, SignWordsOnRawWordsAreTheSegmentsNegations) {
+  FP4_SEEDED_RNG(g);
+  RhtSigns none;
+  none.n = 16;
+  for (bool bf16 : {true, false}) {
+    for (int trial = 0; trial < 500; ++trial) {
+      const RhtSigns s = trial == 0 ? rht_signs_nvidia16() : random_signs(g, 16);
+      const Rht16SignWords sw = rht16_sign_words(s, bf16);
+      uint32_t raw[16];
+      for (uint32_t& w : raw) w = static_cast<uint32_t>(g());
+      if (trial == 1) std::fill(std::begin(raw), std::end(raw), 0u);  // all +0
+      float x[16], flipped[16];
+      for (int i = 0; i < 16; ++i) {
+        const uint32_t w = bf16 ? raw[i >> 1] : raw[i], m = bf16 ? sw.w[i >> 1] : sw.w[i];
+        // BF16 -> FP32: element 2j is the low half of word j, 2j + 1 the high half.
+        auto value = [&](uint32_t word) {
+          return bits_float(!bf16 ? word : (i & 1) != 0 ? (word & 0xFFFF0000u) : (word << 16));
+        };
+        x[i] = value(w);
+        flipped[i] = value(w ^ m);
+        ASSERT_EQ(float_bits(flipped[i]), float_bits(s.negative(i) ? -x[i] : x[i]))
+            << (bf16 ? "bf16" : "f32") << " element " << i;
+      }
+      for (int i = 0; i < 16; ++i) {
+        ASSERT_EQ(sw.w[i] & (bf16 ? 0x7FFF7FFFu : 0x7FFFFFFFu), 0u) << "word " << i << " holds only sign bits";
+      }
+      rht_segment<16>(x, s);
+      rht_segment<16>(flipped, none);
+      for (int i = 0; i < 16; ++i) {
+        if (std::isnan(x[i]))  // IEEE fixes no sign or payload of a NaN sum (the quantizers only count NaNs)
+          ASSERT_TRUE(std::isnan(flipped[i])) << (bf16 ? "bf16" : "f32") << " output " << i;
+        else
+          ASSERT_EQ(float_bits(flipped[i]), float_bits(x[i])) << (bf16 ? "bf16" : "f32") << " output " << i;
+      }
+    }
+  }
 }
 
 // The quantizer with rht_n transforms every rht_n segment of every row with the same signs, then
