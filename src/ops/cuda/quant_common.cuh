@@ -343,6 +343,17 @@ __device__ __forceinline__ float block128_quotient_fast(float a, const Block128D
   return __fmaf_rn(__fmaf_rn(-q, d.m, x), d.r, q);
 }
 
+// Adds element i's E2M1 index to its nibble of w (the sign nibbles are already there). bits: the index in
+// bits 22..24, zeros below for RTN, left-over fraction bits below for SR (shifted out first).
+template <bool kSr>
+__device__ __forceinline__ void add_index(uint32_t (&w)[2], int i, uint32_t bits) {
+  const int n = i & 7;
+  if constexpr (kSr)
+    w[i >> 3] += (bits >> 22) << (4 * n);
+  else
+    w[i >> 3] += n <= 5 ? bits >> (22 - 4 * n) : bits << (4 * n - 22);
+}
+
 // Packed codes (low nibble = even element) of 16 values: E2M1 of |v| * mult (tensor: mult = e_b, whose
 // product keeps v's sign) or of block128_quotient(|v|, d), RTN or SR (word i of element idx0 + i), with
 // `signs` (sign nibbles) or'ed in. A nibble's index is added where its bits land (shift-and-add).
@@ -356,14 +367,9 @@ __device__ __forceinline__ uint2 encode16_fast(const float (&v)[16], float mult,
     if constexpr (kSr) r = philox_block(rng, (idx0 >> 2) + q);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const int i = 4 * q + k, n = i & 7;
+      const int i = 4 * q + k;
       const float a = kBlock128 ? block128_quotient_fast(fabsf(v[i]), d) : __fmul_rn(fabsf(v[i]), mult);
-      if constexpr (kSr) {
-        w[i >> 3] += (e2m1_sr_bits(a, r.v[k]) >> 22) << (4 * n);
-      } else {
-        const uint32_t bits = e2m1_rtn_bits(a);
-        w[i >> 3] += n <= 5 ? bits >> (22 - 4 * n) : bits << (4 * n - 22);
-      }
+      add_index<kSr>(w, i, kSr ? e2m1_sr_bits(a, r.v[k]) : e2m1_rtn_bits(a));
     }
   }
   return make_uint2(w[0], w[1]);
@@ -382,14 +388,9 @@ __device__ __forceinline__ uint2 encode16_direct(const float (&v)[16], const Blo
     if constexpr (kSr) r = philox_block32(rng, ctr0 + static_cast<uint32_t>(q));
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const int i = 4 * q + k, n = i & 7;
+      const int i = 4 * q + k;
       const float a = block128_quotient_direct(fabsf(v[i]), d);
-      if constexpr (kSr) {
-        w[i >> 3] += (e2m1_sr_bits(a, r.v[k]) >> 22) << (4 * n);
-      } else {
-        const uint32_t bits = e2m1_rtn_bits_below7(a);
-        w[i >> 3] += n <= 5 ? bits >> (22 - 4 * n) : bits << (4 * n - 22);
-      }
+      add_index<kSr>(w, i, kSr ? e2m1_sr_bits(a, r.v[k]) : e2m1_rtn_bits_below7(a));
     }
   }
   return make_uint2(w[0], w[1]);
