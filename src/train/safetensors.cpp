@@ -217,7 +217,11 @@ SafetensorsContent parse_header(std::string_view text, uint64_t data_bytes, cons
     ranges.push_back({begin, end, content.tensors.size()});
     content.tensors.push_back(std::move(t));
   }
-  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  // Empty tensors share their offset with the tensor after them: order by (begin, end), so [b, b] comes
+  // before [b, e), and stably, so equal ranges keep the header's order.
+  std::stable_sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
   uint64_t covered = 0;
   for (const auto& r : ranges) {
     FP4_CHECK(r.begin == covered, file, ": tensor '", content.tensors[r.index].name, "' starts at data byte ",

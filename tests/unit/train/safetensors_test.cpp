@@ -56,6 +56,29 @@ TEST(Safetensors, RoundTripKeepsBytesShapesOrderAndMetadata) {
   EXPECT_EQ(&back.get("half", "a"), &back.tensors[4]);
 }
 
+// An empty tensor before, between and after others (its data offsets equal its neighbour's): all read back,
+// in the order written. Its name sorts after the others: the header lists tensors by name, and the reader once
+// ordered them by start offset alone, so the empty one stayed after the non-empty one at its offset and was
+// reported as overlapping it.
+TEST(Safetensors, EmptyTensorsAnywhereRoundTrip) {
+  TempDir dir;
+  std::mt19937_64 rng(std::random_device{}());
+  for (int empty_at = 0; empty_at < 4; ++empty_at) {
+    std::vector<StateTensor> ts;
+    const char* names[] = {"t0", "t1", "t2"};
+    for (int i = 0; i < 3; ++i) ts.push_back(random_tensor(rng, names[i], "F32", {i + 1, 2}));
+    ts.insert(ts.begin() + empty_at, random_tensor(rng, "z_empty", "U8", {0}));
+    write_safetensors(dir / "e.safetensors", ts, {});
+    const auto back = read_safetensors(dir / "e.safetensors");
+    ASSERT_EQ(back.tensors.size(), ts.size());
+    for (size_t i = 0; i < ts.size(); ++i) {
+      EXPECT_EQ(back.tensors[i].name, ts[i].name) << "empty tensors at " << empty_at;
+      EXPECT_EQ(back.tensors[i].shape, ts[i].shape);
+      EXPECT_EQ(back.tensors[i].bytes, ts[i].bytes);
+    }
+  }
+}
+
 // The layout other readers expect: u64 little-endian length, 8-byte aligned JSON header, offsets
 // relative to the data start.
 TEST(Safetensors, LayoutFollowsTheFormat) {
