@@ -340,14 +340,16 @@ Batch next_token_batch(const ModelConfig& cfg, int b, int t, uint32_t seed) {
 }
 
 // The CUDA engine trains with attention.q_attn on: the loss falls, the first step's loss equals the CPU
-// engine's (same weights, same Q-Attn) within BF16 noise, and the switch changes the attention.
+// engine's (same weights, same Q-Attn) within the engines' usual bound, and the switch changes the attention
+// without changing the model.
 TEST(QAttnCudaEngine, ModelsTrainWithQAttnAndStartAtTheCpuLoss) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   // tiny: head_dim 32; small64: head_dim 64. t not a multiple of 16; block128 linears need b*t % 128 == 0.
-  for (const auto& [model, base, b, t] :
-       {std::tuple{"tiny", "bf16", 4, 63}, std::tuple{"small64", "bf16", 2, 77},
-        std::tuple{"small64", "tetrajet-v2-base", 16, 40}}) {
+  // loss_tol: the CPU-engine bounds of engine_test.cu's CudaEngineVsCpu (BF16 activations; FP4 decisions).
+  for (const auto& [model, base, b, t, loss_tol] :
+       {std::tuple{"tiny", "bf16", 4, 63, 1e-2}, std::tuple{"small64", "bf16", 2, 77, 1e-2},
+        std::tuple{"small64", "tetrajet-v2-base", 16, 40, 2e-2}}) {
     SCOPED_TRACE(std::string(model) + " " + base);
     const ModelConfig cfg = std::string(model) == "tiny" ? model_preset("tiny") : testing::small64_config();
     const Recipe recipe = load_recipe(base, {"attention.q_attn=true"});
@@ -370,7 +372,7 @@ TEST(QAttnCudaEngine, ModelsTrainWithQAttnAndStartAtTheCpuLoss) {
               << " (CPU first step " << cpu_first << ", plain attention step 3 " << plain_third << " vs "
               << l[2] << ")\n";
     EXPECT_LT(l.back(), l.front() - 1.0);
-    EXPECT_NEAR(l.front(), cpu_first, 0.01 * cpu_first);
+    EXPECT_NEAR(l.front(), cpu_first, loss_tol * cpu_first);
     EXPECT_NE(l[2], plain_third);
     EXPECT_LT(std::abs(l[2] - plain_third), 0.05 * plain_third);
   }
