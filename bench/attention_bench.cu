@@ -2,7 +2,8 @@
 // [B*T][3*H*D], out/dO [B*T][H*D], fused dQKV): forward, backward and forward+backward times (CUDA events,
 // warm-up, median of 20) and TFLOP/s with the causal count (forward 2*2*B*H*T*T*D/2, backward 2.5x that),
 // for the entry points (also with FP4_ATTENTION_FWD=mma: the mma.sync forward instead of the wgmma one on
-// Hopper) and for every compiled tile configuration. Compare with bench/attention_sdpa.py.
+// Hopper) and for every compiled tile configuration; then Q-Attn (nn/cuda/q_attention_cuda.h, the engine's
+// attention.q_attn path) on the same buffers. Compare with bench/attention_sdpa.py.
 // Usage: attention_bench [--reps N]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "nn/cuda/q_attention_cuda.h"
 #include "ops/cuda/attention_cuda.h"
 #include "ops/cuda/attention_variants.cuh"
 #include "ops/cuda/cuda_check.h"
@@ -128,6 +130,20 @@ void bench_shape(const Shape& s, int reps) {
                                   nullptr);
   };
   report("fp4train attention (entry points)", s, time_pair(fwd_public, bwd_public, reps));
+  {
+    // Q-Attn: NVFP4 Q^, K^ (forward) and dS, K^^T, dS^T, Q^^T (backward), per (batch, head) slice.
+    fp4::cuda::GemmRunner gemm;
+    fp4::cuda::QAttnWorkspace qws;
+    fp4::cuda::QAttentionCuda qa(0);
+    const fp4::AttnShape as{s.B, s.T, s.H, s.D};
+    fp4::QuantContext ctx;
+    ctx.seed = 1;
+    auto fwd_q = [&] { qa.forward(q, k, v, ld, buf.out.data(), buf.hd, as, ctx, qws, gemm, nullptr); };
+    auto bwd_q = [&] {
+      qa.backward(v, ld, buf.dout.data(), buf.hd, dq, dq + buf.hd, dq + 2 * buf.hd, ld, as, qws, gemm, nullptr);
+    };
+    report("Q-Attn (attention.q_attn)", s, time_pair(fwd_q, bwd_q, reps));
+  }
   // The forward before the wgmma kernel: the same entry points with the mma.sync forward selected.
   setenv("FP4_ATTENTION_FWD", "mma", 1);
   report("  with FP4_ATTENTION_FWD=mma", s, time_pair(fwd_public, bwd_public, reps));

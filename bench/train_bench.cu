@@ -1,5 +1,7 @@
 // train_bench: training throughput and device memory of the CUDA engine (BF16 recipe, AdamW).
 //   train_bench [--config olmo2-30m] [--batch 16] [--seq 2048] [--micro 1] [--steps 20] [--warmup 3]
+//               [--recipes bf16,tetrajet-v2-base,...]
+// A recipe may carry overrides after colons: `bf16:attention.q_attn=true` (values without ',' or ':').
 // Tokens are uniform over the real vocabulary (the speed does not depend on them). Prints one line:
 // tokens/s over the timed steps, the mean step time, and the device memory the engine holds.
 #include <cuda_runtime.h>
@@ -64,7 +66,15 @@ int run(int argc, char** argv) {
   }
   double base_ms = 0, base_mem = 0;
   for (const std::string& name : names) {
-    const Recipe recipe = load_recipe(name);
+    // NAME[:key=value]...: the preset with recipe overrides.
+    std::vector<std::string> parts;
+    for (size_t p = 0; p <= name.size();) {
+      const size_t q = std::min(name.find(':', p), name.size());
+      parts.push_back(name.substr(p, q - p));
+      p = q + 1;
+    }
+    const Recipe recipe =
+        load_recipe(parts.front(), std::vector<std::string>(parts.begin() + 1, parts.end()));
     // Every engine starts from an empty device: its memory is what it allocates (arena, weights, states,
     // quantization buffers) at its peak step, measured as the drop in free memory.
     FP4_CUDA_CHECK(cudaDeviceSynchronize());

@@ -11,10 +11,19 @@
 namespace fp4 {
 namespace {
 
-// Stream purposes of the attention quantizers (distinct from the linear layers' 1..8 and other users').
-enum AttnPurpose : uint32_t { kSrDsRows = 0x30, kSrKt = 0x31, kSrDsCols = 0x32, kSrQt = 0x33 };
+int64_t round_up16(int64_t x) {
+  return (x + 15) / 16 * 16;
+}
 
-QuantSpec nvfp4_spec(Rounding rounding) {
+// dst [cols x ld] (zero padded past rows) = the transpose of src [rows x cols] (row stride lds).
+void transpose_padded(float* dst, int64_t ld, const float* src, int64_t lds, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = src[r * lds + c];
+}
+
+}  // namespace
+
+QuantSpec q_attn_spec(Rounding rounding) {
   QuantSpec s;
   s.format = QuantFormat::kNvfp4;
   s.block = BlockShape::k1x16;
@@ -26,23 +35,13 @@ QuantSpec nvfp4_spec(Rounding rounding) {
   return s;
 }
 
-// SR bits of one backward quantizer of (batch, head) `slice` in call ctx.call of block `layer`.
-QuantRandomness attn_randomness(const QuantContext& ctx, int layer, int slice, AttnPurpose purpose) {
+QuantRandomness q_attn_randomness(const QuantContext& ctx, int layer, int slice, QAttnPurpose purpose) {
   const uint32_t id = (static_cast<uint32_t>(layer) << 16) | static_cast<uint32_t>(slice);
   QuantRandomness r;
-  r.sr = RngStream{ctx.seed, make_stream(id, static_cast<uint32_t>(ctx.call), purpose)};
+  r.sr =
+      RngStream{ctx.seed, make_stream(id, static_cast<uint32_t>(ctx.call), static_cast<uint32_t>(purpose))};
   return r;
 }
-
-int64_t round_up16(int64_t x) { return (x + 15) / 16 * 16; }
-
-// dst [cols x ld] (zero padded past rows) = the transpose of src [rows x cols] (row stride lds).
-void transpose_padded(float* dst, int64_t ld, const float* src, int64_t lds, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = src[r * lds + c];
-}
-
-}  // namespace
 
 QAttentionCpu::QAttentionCpu(int layer) : layer_(layer) {
   FP4_CHECK(layer >= 0 && layer < 256, "q_attn: block index ", layer, " does not fit the random-stream id");
@@ -56,7 +55,7 @@ void QAttentionCpu::forward(float* out, int ldo, float* probs, const float* q, c
             shape.heads, " exceeds the 65536 (batch, head) random streams of a layer");
   const int64_t n = shape.rows();
   const int d = shape.width();
-  const QuantSpec rtn = nvfp4_spec(Rounding::kRtn);
+  const QuantSpec rtn = q_attn_spec(Rounding::kRtn);
   const QuantOperand qq(q, n, d, rtn, QuantRandomness{}, "q_attn Q");
   const QuantOperand kq(k, n, d, rtn, QuantRandomness{}, "q_attn K");
   nonfinite_ = qq.nonfinite() + kq.nonfinite();
@@ -77,7 +76,7 @@ void QAttentionCpu::backward(float* dq, float* dk, float* dv, int lddv, const fl
   const int t = shape.t, hd = shape.head_dim, d = shape.width();
   const int64_t tp = round_up16(t);  // the reduction dims (keys, queries) padded with zeros to whole blocks
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const QuantSpec sr = nvfp4_spec(Rounding::kSr);
+  const QuantSpec sr = q_attn_spec(Rounding::kSr);
   std::vector<float> ds(static_cast<size_t>(t * tp)), dst(ds.size());
   std::vector<float> kt(static_cast<size_t>(hd * tp)), qt(kt.size());
   for (int bi = 0; bi < shape.b; ++bi) {
@@ -105,8 +104,10 @@ void QAttentionCpu::backward(float* dq, float* dk, float* dv, int lddv, const fl
       // dQ = s Q(dS) Q(K^^T)^T, reduction over keys.
       std::fill(kt.begin(), kt.end(), 0.0f);
       transpose_padded(kt.data(), tp, k_hat_.data() + row0 * d + col, d, t, hd);
-      const QuantOperand dsq(ds.data(), t, tp, sr, attn_randomness(ctx_, layer_, slice, kSrDsRows), "q_attn dS");
-      const QuantOperand ktq(kt.data(), hd, tp, sr, attn_randomness(ctx_, layer_, slice, kSrKt), "q_attn K^T");
+      const QuantOperand dsq(ds.data(), t, tp, sr,
+                             q_attn_randomness(ctx_, layer_, slice, QAttnPurpose::kSrDsRows), "q_attn dS");
+      const QuantOperand ktq(kt.data(), hd, tp, sr,
+                             q_attn_randomness(ctx_, layer_, slice, QAttnPurpose::kSrKt), "q_attn K^T");
       const std::vector<float> a = dsq.values(), b = ktq.values();
       cpu::gemm(false, true, t, hd, static_cast<int>(tp), scale, a.data(), static_cast<int>(tp), b.data(),
                 static_cast<int>(tp), 0.0f, dq + row0 * d + col, d);
@@ -116,9 +117,10 @@ void QAttentionCpu::backward(float* dq, float* dk, float* dv, int lddv, const fl
       transpose_padded(dst.data(), tp, ds.data(), tp, t, t);
       std::fill(qt.begin(), qt.end(), 0.0f);
       transpose_padded(qt.data(), tp, q_hat_.data() + row0 * d + col, d, t, hd);
-      const QuantOperand dstq(dst.data(), t, tp, sr, attn_randomness(ctx_, layer_, slice, kSrDsCols),
-                              "q_attn dS^T");
-      const QuantOperand qtq(qt.data(), hd, tp, sr, attn_randomness(ctx_, layer_, slice, kSrQt), "q_attn Q^T");
+      const QuantOperand dstq(dst.data(), t, tp, sr,
+                              q_attn_randomness(ctx_, layer_, slice, QAttnPurpose::kSrDsCols), "q_attn dS^T");
+      const QuantOperand qtq(qt.data(), hd, tp, sr,
+                             q_attn_randomness(ctx_, layer_, slice, QAttnPurpose::kSrQt), "q_attn Q^T");
       const std::vector<float> c = dstq.values(), e = qtq.values();
       cpu::gemm(false, true, t, hd, static_cast<int>(tp), scale, c.data(), static_cast<int>(tp), e.data(),
                 static_cast<int>(tp), 0.0f, dk + row0 * d + col, d);

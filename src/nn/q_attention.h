@@ -19,6 +19,15 @@
 
 namespace fp4 {
 
+// Stream purposes of the four backward quantizers (distinct from the linear layers' 1..8 and other users').
+enum class QAttnPurpose : uint32_t { kSrDsRows = 0x30, kSrKt = 0x31, kSrDsCols = 0x32, kSrQt = 0x33 };
+
+// The NVFP4 spec of every Q-Attn operand: 1x16, tensor outer scale; SR operands with sr_headroom.
+QuantSpec q_attn_spec(Rounding rounding);
+// The SR bits of one backward quantizer of (batch, head) `slice` (batch * heads + head) in call ctx.call of
+// block `layer`; the CUDA path (nn/cuda/q_attention_cuda.h) draws the same.
+QuantRandomness q_attn_randomness(const QuantContext& ctx, int layer, int slice, QAttnPurpose purpose);
+
 // Shapes of one attention call: q, k, v, out [b*t rows][heads*head_dim].
 struct AttnShape {
   int b = 0, t = 0, heads = 0, head_dim = 0;

@@ -97,8 +97,6 @@ class CudaEngine final : public TrainingEngine,
                   recipe.optimizer == "q-root",
               "recipe ", recipe.name, ": optimizer = \"", recipe.optimizer, "\" is not available in the CUDA engine ",
               "(adamw, q-adamw, root and q-root only; set the recipe field optimizer)");
-    FP4_CHECK(!recipe.attention.q_attn, "recipe ", recipe.name, ": attention.q_attn (NVFP4 attention) runs on ",
-              "the CPU engine only so far; use the cpu device or set attention.q_attn=false");
     FP4_CHECK(!recipe.lora_svd.enabled, "recipe ", recipe.name, ": lora_svd (LoRA-SVD projections) runs on the ",
               "CPU engine only so far; use the cpu device or set lora_svd.enabled=false");
     cudaDeviceProp prop{};

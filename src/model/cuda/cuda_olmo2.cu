@@ -104,6 +104,12 @@ CudaOlmo2::CudaOlmo2(const ModelConfig& cfg, const Recipe& recipe, DeviceParams&
     bp.down = linear("mlp.w_down", ff, d, LinearKind::kDown);
     bp.mlp_norm = norm("mlp_norm");
     blocks_.push_back(std::move(bp));
+    if (recipe.attention.q_attn) q_attn_.push_back(std::make_unique<QAttentionCuda>(l));
+  }
+  if (recipe.attention.q_attn) {
+    FP4_CHECK(hd % 16 == 0, where, "attention.q_attn needs head_dim (", hd,
+              ") to be a multiple of 16: an NVFP4 1x16 block must not straddle two heads");
+    q_attn_ws_ = std::make_unique<QAttnWorkspace>();
   }
   // A linear input is saved per layer only when that linear's backward reads it (BF16 layers); the
   // quantized layers keep their own packed X^T, so their inputs share one transient buffer.
@@ -146,11 +152,15 @@ size_t CudaOlmo2::linear_workspace_bytes(int n) const {
   return bytes;
 }
 
-void CudaOlmo2::run_attention_forward(const LayerActivations& la) {
+void CudaOlmo2::run_attention_forward(int l, const LayerActivations& la) {
   const int d = cfg_.d_model, h = cfg_.n_heads, hd = cfg_.head_dim();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const bf16* q = la.qkv_rot;
-  if (fused_attention_supports(hd))
+  if (!q_attn_.empty())  // NVFP4 score-side products (docs/Q_ATTN.md); no LSE is saved
+    q_attn_[static_cast<size_t>(l)]->forward(q, q + d, q + 2 * d, 3 * d, la.att, d,
+                                             {acts_->b, acts_->t, h, hd}, quant_ctx_, *q_attn_ws_, gemm_,
+                                             stream_);
+  else if (fused_attention_supports(hd))
     cuda::attention_forward(q, q + d, q + 2 * d, 3 * d, la.att, d, la.lse, acts_->b, acts_->t, h, hd, scale,
                             stream_);
   else
@@ -158,12 +168,15 @@ void CudaOlmo2::run_attention_forward(const LayerActivations& la) {
                         stream_);
 }
 
-void CudaOlmo2::run_attention_backward(const LayerActivations& la) {
+void CudaOlmo2::run_attention_backward(int l, const LayerActivations& la) {
   const int d = cfg_.d_model, h = cfg_.n_heads, hd = cfg_.head_dim();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const bf16* q = la.qkv_rot;
   bf16* dq = acts_->dqkv;
-  if (fused_attention_supports(hd))
+  if (!q_attn_.empty())
+    q_attn_[static_cast<size_t>(l)]->backward(q + 2 * d, 3 * d, acts_->datt, d, dq, dq + d, dq + 2 * d, 3 * d,
+                                              {acts_->b, acts_->t, h, hd}, *q_attn_ws_, gemm_, stream_);
+  else if (fused_attention_supports(hd))
     cuda::attention_backward(q, q + d, q + 2 * d, 3 * d, la.att, acts_->datt, d, la.lse, dq, dq + d,
                              dq + 2 * d, 3 * d, acts_->b, acts_->t, h, hd, scale, acts_->attn_workspace,
                              stream_);
@@ -198,7 +211,7 @@ void CudaOlmo2::block_forward(int l) {
   qk_norm_rope_forward(la.qkv, la.qkv_rot, params_.value(bp.q_norm), params_.value(bp.k_norm),
                        rope_cos_.data(), rope_sin_.data(), la.rstd_q, la.rstd_k, n, t, d, cfg_.head_dim(),
                        eps, stream_);
-  run_attention_forward(la);
+  run_attention_forward(l, la);
   bp.wo->forward(la.att, la.y_attn, n);
   // h = x + RMSNorm(y_attn): FP32 into mid, BF16 copy for the MLP's GEMM.
   rmsnorm_forward(la.y_attn, params_.value(bp.attn_norm), acts_->res, acts_->mid, la.h, la.rstd_attn, n, d,
@@ -262,7 +275,7 @@ void CudaOlmo2::block_backward(int l, const float* dout, float* dx) {
   rmsnorm_backward(a.dmid, la.y_attn, params_.value(bp.attn_norm), la.rstd_attn, a.dy,
                    params_.grad(bp.attn_norm), a.norm_scratch, n, d, stream_);
   bp.wo->backward(a.dy, LinearGradOut{a.datt, nullptr, nullptr}, n);
-  run_attention_backward(la);
+  run_attention_backward(l, la);
   qk_norm_rope_backward(a.dqkv, la.qkv, params_.value(bp.q_norm), params_.value(bp.k_norm), rope_cos_.data(),
                         rope_sin_.data(), la.rstd_q, la.rstd_k, params_.grad(bp.q_norm),
                         params_.grad(bp.k_norm), a.norm_scratch, n, t, d, cfg_.head_dim(), stream_);
@@ -324,6 +337,8 @@ CudaOlmo2::MemoryReport CudaOlmo2::memory_report() const {
   }
   for (const auto& bp : blocks_)
     for (const LinearCuda* lin : bp.linears()) r.linear_kept_bytes += lin->kept_bytes();
+  for (const auto& qa : q_attn_) r.q_attn_bytes += qa->kept_bytes();
+  if (q_attn_ws_) r.q_attn_bytes += q_attn_ws_->bytes();
   return r;
 }
 
@@ -336,7 +351,8 @@ std::string CudaOlmo2::memory_summary() const {
   };
   return "activation arena " + gib(r.arena_bytes) + " (saved linear inputs " + gib(r.saved_input_bytes) +
          ", quantized-linear workspace " + gib(r.linear_workspace_bytes) +
-         " over the logits), packed operands kept by quantized linears " + gib(r.linear_kept_bytes);
+         " over the logits), packed operands kept by quantized linears " + gib(r.linear_kept_bytes) +
+         (q_attn_.empty() ? std::string() : ", Q-Attn " + gib(r.q_attn_bytes));
 }
 
 }  // namespace fp4::cuda

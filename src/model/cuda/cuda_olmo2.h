@@ -18,6 +18,7 @@
 #include "model/cuda/batch_upload.h"
 #include "model/cuda/device_params.h"
 #include "nn/cuda/linear_cuda.h"
+#include "nn/cuda/q_attention_cuda.h"
 #include "nn/quant_linear.h"
 #include "ops/cuda/gemm_cublaslt.h"
 #include "recipe/recipe.h"
@@ -54,6 +55,7 @@ class CudaOlmo2 {
     size_t saved_input_bytes = 0;       // per-layer BF16 linear inputs kept for BF16 linears' backward
     size_t linear_workspace_bytes = 0;  // quantized linears' transients (overlaying the logits)
     size_t linear_kept_bytes = 0;       // packed operands the quantized linears keep (outside the arena)
+    size_t q_attn_bytes = 0;            // Q-Attn: kept packed Q^, K^ of every layer and the shared workspace
   };
   MemoryReport memory_report() const;
   // One line for logs and benchmarks: the report in GiB.
@@ -89,8 +91,8 @@ class CudaOlmo2 {
 
   void block_forward(int l);
   void block_backward(int l, const float* dout, float* dx);
-  void run_attention_forward(const LayerActivations& la);
-  void run_attention_backward(const LayerActivations& la);
+  void run_attention_forward(int l, const LayerActivations& la);
+  void run_attention_backward(int l, const LayerActivations& la);
   size_t attention_workspace_bytes(int b, int t) const;
   size_t linear_workspace_bytes(int n) const;
   DeviceWeight weight(int i);
@@ -103,6 +105,9 @@ class CudaOlmo2 {
   cudaStream_t stream_;
   int embed_ = -1, final_norm_ = -1, lm_head_ = -1;
   std::vector<BlockParams> blocks_;
+  // attention.q_attn: one per block (its kept Q^, K^ and random streams) and their shared transients.
+  std::vector<std::unique_ptr<QAttentionCuda>> q_attn_;
+  std::unique_ptr<QAttnWorkspace> q_attn_ws_;
   DeviceBuffer<float> rope_cos_, rope_sin_;  // [max_seq_len][head_dim / 2]
   std::unique_ptr<ActivationArena> arena_;   // laid out for the linears' saved inputs
   const Activations* acts_ = nullptr;        // of the last forward
