@@ -12,8 +12,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -24,11 +26,14 @@
 
 #include "core/error.h"
 #include "cuda_test_util.h"
+#include "numerics/formats.h"
 #include "numerics/quantize.h"
 #include "ops/cuda/causal_sdpa_cuda.h"
 #include "ops/cuda/cross_entropy_cuda.h"
+#include "ops/cuda/elementwise_cuda.h"
 #include "ops/cuda/embedding_cuda.h"
 #include "ops/cuda/gemm_cublaslt.h"
+#include "ops/cuda/gemm_f32_cublaslt.h"
 #include "ops/cuda/quantize_cuda.h"
 #include "ops/cuda/rmsnorm_cuda.h"
 #include "ops/cuda/rope_cuda.h"
@@ -607,6 +612,79 @@ void run_causal_sdpa(Parity& par, std::mt19937& rng) {
     par.near("dq, dk, dv (BF16)", columns(grad, n, ld, 2 * d, d), dv);
   }
 }
+// ---------------------------------------------------------------- FP32 GEMM and the small kernels
+
+// The Newton-Schulz GEMMs: FP32 operands and accumulation (never TF32), padded strides, C_in.
+void run_gemm_f32(Parity& par, std::mt19937& rng) {
+  cuda::GemmF32Runner runner;
+  struct Shape {
+    int m, n, k;
+  };
+  for (const Shape s : {Shape{21, 40, 24}, Shape{64, 48, 200}, Shape{1, 72, 16}, Shape{130, 7, 31}}) {
+    for (int ta = 0; ta < 2; ++ta) {
+      for (int tb = 0; tb < 2; ++tb) {
+        SCOPED_TRACE("m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
+                     " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+        const int a_rows = ta ? s.k : s.m, a_cols = ta ? s.m : s.k, lda = a_cols + 3;
+        const int b_rows = tb ? s.n : s.k, b_cols = tb ? s.k : s.n, ldb = b_cols + 1;
+        const int ldc = s.n + 2;
+        const auto a = normal(rng, static_cast<size_t>(a_rows) * lda);
+        const auto b = normal(rng, static_cast<size_t>(b_rows) * ldb);
+        const auto c_in = normal(rng, static_cast<size_t>(s.m) * ldc);
+        const float alpha = -1.25f, beta = 0.5f;
+        std::vector<float> want = c_in;
+        cpu::gemm(ta, tb, s.m, s.n, s.k, alpha, a.data(), lda, b.data(), ldb, beta, want.data(), ldc);
+        Dev<float> da(a), db(b), dc_in(c_in), dc(std::vector<float>(c_in.size(), 0.0f));
+        runner.gemm(ta, tb, s.m, s.n, s.k, alpha, da.p(), lda, db.p(), ldb, beta, dc.p(), ldc, nullptr,
+                    dc_in.p());
+        par.near("C", columns(dc.get(), s.m, ldc, 0, s.n), columns(want, s.m, ldc, 0, s.n));
+      }
+    }
+  }
+}
+
+// f32_to_bf16 (round to nearest even, specials included), gather_last_positions, mask_padded_logits.
+void run_elementwise(Parity& par, std::mt19937& rng) {
+  for (const int64_t n : {int64_t{1}, int64_t{17}, int64_t{4099}}) {
+    auto x = normal(rng, static_cast<size_t>(n), 100.0f);
+    const float specials[] = {0.0f,
+                              -0.0f,
+                              1e-40f,
+                              3.4e38f,
+                              std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(),
+                              1.00390625f,
+                              1.01171875f};
+    for (size_t i = 0; i < std::size(specials) && i < x.size(); ++i) x[i] = specials[i];
+    std::vector<float> want(x.size());
+    for (size_t i = 0; i < x.size(); ++i) want[i] = bf16_bits_to_float(bf16_bits_rne(x[i]));
+    Dev<float> dx(x);
+    Dev<bf16> dout(x.size());
+    cuda::f32_to_bf16(dx.p(), dout.p(), n, nullptr);
+    par.near("f32_to_bf16", to_f32(dout.get()), want);
+  }
+  for (const auto [b, t, d] : {std::array<int, 3>{1, 1, 8}, std::array<int, 3>{3, 7, 66}}) {
+    const auto x = rounded(normal(rng, static_cast<size_t>(b) * t * d));
+    std::vector<float> want;
+    for (int s = 0; s < b; ++s)
+      want.insert(want.end(), x.begin() + static_cast<int64_t>(s * t + t - 1) * d,
+                  x.begin() + static_cast<int64_t>(s * t + t) * d);
+    Dev<bf16> dx(to_bf16(x)), dout(static_cast<size_t>(b) * d);
+    cuda::gather_last_positions(dx.p(), dout.p(), b, t, d, nullptr);
+    par.near("gather_last_positions", to_f32(dout.get()), want);
+  }
+  for (const auto [rows, v, v_real] : {std::array<int, 3>{1, 64, 64}, std::array<int, 3>{5, 320, 257}}) {
+    const auto logits = normal(rng, static_cast<size_t>(rows) * v);
+    std::vector<float> want = logits;
+    for (int r = 0; r < rows; ++r)
+      for (int j = v_real; j < v; ++j)
+        want[static_cast<size_t>(r) * v + j] = -std::numeric_limits<float>::infinity();
+    Dev<float> dl(logits);
+    cuda::mask_padded_logits(dl.p(), rows, v, v_real, nullptr);
+    par.near("mask_padded_logits", dl.get(), want);
+  }
+}
+
 // ---------------------------------------------------------------- quantization
 
 // NVFP4: a sample of the modes (block, outer scale, rounding, RHT, Four Over Six) at odd shapes, with
@@ -704,6 +782,11 @@ void run_quantize_mxfp8(Parity& par, std::mt19937& rng) {
 
 const ParityRow kRows[] = {
     {"gemm (cuBLASLt, BF16 operands)", "cpu::gemm", {{"C (FP32)", 1e-5}, {"C (BF16)", 1e-2}}, run_gemm},
+    {"gemm_f32 (cuBLASLt, FP32 operands, Newton-Schulz)", "cpu::gemm", {{"C", 1e-5}}, run_gemm_f32},
+    {"f32_to_bf16, gather_last_positions, mask_padded_logits",
+     "round to nearest even (numerics/formats.h), row gather, -inf mask",
+     {{"f32_to_bf16", 0}, {"gather_last_positions", 0}, {"mask_padded_logits", 0}},
+     run_elementwise},
     {"rmsnorm_forward",
      "cpu::rmsnorm_forward + cpu::add",
      {{"out", 1e-5}, {"rstd", 1e-5}},
