@@ -6,8 +6,8 @@
 # <build>/layers/<f>/, which links the folder itself and the folders of the areas in DEPS (transitively),
 # and nothing else. An include of a folder above (or beside) it is "file not found". Consumers of the
 # library get the same view; programs on top (apps, tests, bench) add src/ itself.
-# scripts/check_layers.py checks the same rules on every file (the CUDA sources too); keep the two
-# (DEPS here, kAllowed there) in step.
+# scripts/check_layers.py checks the same rules on every file (the CUDA sources too) and fails when the
+# folders a library sees here differ from its table kAllowed.
 function(fp4_area name)
   cmake_parse_arguments(A "" "FOLDER" "DIRS;DEPS" ${ARGN})
   set(srcs)
