@@ -614,6 +614,10 @@ void run_causal_sdpa(Parity& par, std::mt19937& rng) {
 }
 // ---------------------------------------------------------------- FP32 GEMM and the small kernels
 
+int round_up4(int x) {
+  return (x + 3) / 4 * 4;
+}
+
 // The Newton-Schulz GEMMs: FP32 operands and accumulation (never TF32), padded strides, C_in.
 void run_gemm_f32(Parity& par, std::mt19937& rng) {
   cuda::GemmF32Runner runner;
@@ -625,9 +629,10 @@ void run_gemm_f32(Parity& par, std::mt19937& rng) {
       for (int tb = 0; tb < 2; ++tb) {
         SCOPED_TRACE("m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
                      " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
-        const int a_rows = ta ? s.k : s.m, a_cols = ta ? s.m : s.k, lda = a_cols + 3;
-        const int b_rows = tb ? s.n : s.k, b_cols = tb ? s.k : s.n, ldb = b_cols + 1;
-        const int ldc = s.n + 2;
+        // Padded row strides (16-byte multiples; the padding holds values the GEMM must not read).
+        const int a_rows = ta ? s.k : s.m, a_cols = ta ? s.m : s.k, lda = round_up4(a_cols) + 4;
+        const int b_rows = tb ? s.n : s.k, b_cols = tb ? s.k : s.n, ldb = round_up4(b_cols) + 4;
+        const int ldc = round_up4(s.n) + 4;
         const auto a = normal(rng, static_cast<size_t>(a_rows) * lda);
         const auto b = normal(rng, static_cast<size_t>(b_rows) * ldb);
         const auto c_in = normal(rng, static_cast<size_t>(s.m) * ldc);
