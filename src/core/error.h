@@ -26,9 +26,9 @@ std::string concat(const Args&... args) {
 #define FP4_THROW(...) throw ::fp4::Error(::fp4::detail::concat(__VA_ARGS__))
 
 // Checks a condition that depends on input (config, shapes, files): a user-facing error.
-#define FP4_CHECK(cond, ...)                 \
-  do {                                       \
-    if (!(cond)) FP4_THROW(__VA_ARGS__);     \
+#define FP4_CHECK(cond, ...)             \
+  do {                                   \
+    if (!(cond)) FP4_THROW(__VA_ARGS__); \
   } while (0)
 
 }  // namespace fp4

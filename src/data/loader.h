@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/batch.h"
 #include "data/shard.h"
-#include "model/engine.h"
 
 namespace fp4 {
 

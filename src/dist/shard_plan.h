@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/engine.h"
+#include "core/parameter_info.h"
 
 namespace fp4 {
 

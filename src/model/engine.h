@@ -1,71 +1,23 @@
 // TrainingEngine: the contract between the trainer (data, schedule, logging, checkpoints) and a
 // compute backend (the CPU reference engine, the CUDA engine). The trainer never touches layers.
+// The types it speaks in (Batch, StepHyper, StepStats, ParameterInfo, StateTensor, DataParallel) are in
+// core/.
 #pragma once
 
-#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/batch.h"
+#include "core/data_parallel.h"
 #include "core/error.h"
-#include "dist/communicator.h"
-#include "model/config.h"
+#include "core/model_config.h"
+#include "core/parameter_info.h"
+#include "core/state_tensor.h"
+#include "core/step_types.h"
 
 namespace fp4 {
-
-// One micro-batch: tokens and next-token targets, both [batch][seq] row-major. A target < 0 is ignored.
-struct Batch {
-  int batch = 0;
-  int seq = 0;
-  std::vector<int32_t> tokens;
-  std::vector<int32_t> targets;
-};
-
-// Optimizer hyper-parameters of one step (the trainer's schedule fills lr).
-struct StepHyper {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.1f;  // not applied to embeddings, norms (see ParameterInfo::weight_decay)
-  float grad_clip = 1.0f;     // max global L2 norm; <= 0 disables clipping
-};
-
-struct StepStats {
-  double loss = 0;       // mean cross-entropy + z-loss over all target tokens of the step
-  double ce_loss = 0;    // mean cross-entropy alone
-  double grad_norm = 0;  // global L2 norm before clipping
-  int64_t tokens = 0;    // target tokens counted
-};
-
-struct ParameterInfo {
-  std::string name;           // e.g. "blocks.0.attn.wqkv"
-  std::vector<int64_t> shape;
-  bool weight_decay = true;
-  int64_t numel() const {
-    int64_t n = 1;
-    for (auto d : shape) n *= d;
-    return n;
-  }
-};
-
-// A named piece of state for checkpoints: parameters, optimizer moments, counters. dtype is a
-// safetensors dtype string ("F32", "BF16", "U8", "I64"), so quantized optimizer states fit too.
-struct StateTensor {
-  std::string name;
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-};
-
-// One rank of a data-parallel job (ZeRO-1). comm outlives the engine's use of it; shards[q] is the range
-// of the flat parameter buffer (parameters() order, each tensor's elements row-major, no gaps) whose
-// optimizer state rank q keeps (dist/shard_plan.h makes them).
-struct DataParallel {
-  Communicator* comm = nullptr;
-  std::vector<IndexRange> shards;
-};
 
 class TrainingEngine {
  public:

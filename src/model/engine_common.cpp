@@ -1,7 +1,5 @@
 #include "model/engine_common.h"
 
-#include <cstring>
-
 #include "core/error.h"
 
 namespace fp4 {
@@ -25,12 +23,6 @@ int64_t count_targets(const Batch& b) {
   int64_t n = 0;
   for (int32_t t : b.targets) n += t >= 0;
   return n;
-}
-
-StateTensor f32_state_tensor(std::string name, const std::vector<int64_t>& shape, std::span<const float> data) {
-  StateTensor t{std::move(name), "F32", shape, std::vector<uint8_t>(data.size_bytes())};
-  std::memcpy(t.bytes.data(), data.data(), data.size_bytes());
-  return t;
 }
 
 }  // namespace fp4

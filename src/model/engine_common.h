@@ -1,4 +1,5 @@
-// Helpers every TrainingEngine implementation shares: batch validation, target counting, state tensors.
+// Helpers every TrainingEngine implementation shares: batch validation, target counting (state tensors:
+// core/state_tensor.h).
 #pragma once
 
 #include <cstdint>
@@ -6,7 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "core/model_config.h"
+#include "core/state_tensor.h"  // f32_state_tensor, which engines use with these
 #include "model/engine.h"
 
 namespace fp4 {
@@ -17,8 +19,5 @@ void check_batch(const Batch& b, const ModelConfig& cfg, const std::string& what
 
 // Targets that count in the loss (>= 0).
 int64_t count_targets(const Batch& b);
-
-// An F32 state tensor holding a copy of data.
-StateTensor f32_state_tensor(std::string name, const std::vector<int64_t>& shape, std::span<const float> data);
 
 }  // namespace fp4

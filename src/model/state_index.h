@@ -1,45 +1,6 @@
-// StateIndex: the tensors of a saved engine state by name, with the checks every engine's load_state needs.
+// StateIndex lives in core/state_index.h and the AdamW state layout in optim/adamw_state.h; this header is
+// kept so that existing includes keep working.
 #pragma once
 
-#include <cstdint>
-#include <map>
-#include <string>
-#include <vector>
-
-#include "model/engine.h"
-
-namespace fp4 {
-
-class StateIndex {
- public:
-  // The index points into `state`, which must outlive it: a temporary is refused at compile time (an
-  // index built from save_state()'s result read freed memory in a test).
-  explicit StateIndex(const std::vector<StateTensor>& state);
-  explicit StateIndex(std::vector<StateTensor>&&) = delete;
-  // The tensor `name`; throws fp4::Error naming it when it is missing or its dtype, shape or byte size
-  // disagree (element sizes of "U8", "BF16", "F32" and "I64" are known; another dtype is an error).
-  const StateTensor& require(const std::string& name, const char* dtype, const std::vector<int64_t>& shape) const;
-  bool has(const std::string& name) const { return by_name_.count(name) != 0; }
-
- private:
-  std::map<std::string, const StateTensor*> by_name_;
-};
-
-// The AdamW engine state: per parameter "<name>" (the value), "adamw.m.<name>" and "adamw.v.<name>"
-// (F32, the parameter's shape), and "adamw.step" (I64 [1]). Both engines write and read this layout.
-inline constexpr const char* kAdamMomentPrefix[2] = {"adamw.m.", "adamw.v."};
-inline constexpr const char* kAdamStepName = "adamw.step";
-
-struct AdamState {
-  std::vector<const StateTensor*> values, m, v;  // in `params` order
-  int64_t step = 0;
-};
-
-// Finds and checks every tensor of the layout above (missing, dtype, shape, a negative step) so that an
-// engine can verify a whole state before changing anything.
-AdamState find_adam_state(const StateIndex& index, const std::vector<ParameterInfo>& params);
-
-// The "adamw.step" tensor.
-StateTensor adam_step_tensor(int64_t step);
-
-}  // namespace fp4
+#include "core/state_index.h"
+#include "optim/adamw_state.h"

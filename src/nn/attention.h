@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "model/config.h"
+#include "core/model_config.h"
 #include "nn/linear.h"
 #include "nn/parameters.h"
 #include "nn/q_attention.h"

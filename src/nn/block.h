@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "model/config.h"
+#include "core/model_config.h"
 #include "nn/attention.h"
 #include "nn/mlp.h"
 #include "nn/parameters.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "core/communicator.h"
 #include "nn/linear.h"
 #include "nn/parameters.h"
 #include "recipe/recipe.h"

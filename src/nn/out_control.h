@@ -13,7 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "model/engine.h"
+#include "core/communicator.h"
+#include "core/state_tensor.h"
 #include "recipe/recipe.h"
 
 namespace fp4 {

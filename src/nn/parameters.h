@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model/engine.h"
+#include "core/parameter_info.h"
 
 namespace fp4 {
 

@@ -2,7 +2,7 @@
 // backward at a time). Sized once per (batch, seq).
 #pragma once
 
-#include "model/config.h"
+#include "core/model_config.h"
 #include "tensor/tensor.h"
 
 namespace fp4 {

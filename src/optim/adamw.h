@@ -7,8 +7,9 @@
 #include <cstdint>
 #include <span>
 
-#include "dist/communicator.h"
-#include "model/engine.h"
+#include "core/communicator.h"
+#include "core/index_range.h"
+#include "core/step_types.h"
 #include "nn/parameters.h"
 #include "ops/ops.h"
 

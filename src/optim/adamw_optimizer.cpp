@@ -4,7 +4,8 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "model/engine_common.h"
+#include "core/state_tensor.h"
+#include "optim/adamw_state.h"
 
 namespace fp4 {
 

@@ -7,8 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "model/engine.h"
+#include "core/communicator.h"
+#include "core/index_range.h"
+#include "core/parameter_info.h"
 
 namespace fp4 {
 

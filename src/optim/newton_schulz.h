@@ -51,7 +51,7 @@ struct NsOptions {
 
 // Q-Root's quantization of one NS product operand: NVFP4 with `block` along the operand's rows, tensor
 // outer scale, opt.rounding; SR from sub-stream `operand` (4 per iteration: X, A, P, X^T) of opt.sr. The
-// CPU iteration and its device form (ops/cuda/newton_schulz_cuda.cu) both quantize with these.
+// CPU iteration and its device form (optim/cuda/newton_schulz_cuda.cu) both quantize with these.
 QuantSpec ns_operand_spec(BlockShape block, const NsOptions& opt);
 QuantRandomness ns_operand_randomness(const NsOptions& opt, uint64_t operand);
 

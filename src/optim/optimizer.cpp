@@ -19,14 +19,6 @@ void Optimizer::reset_moments(const std::vector<IndexRange>& ranges) {
   FP4_THROW("optimizer ", name(), " cannot reset the moments of selected parameters (lora_svd needs adamw)");
 }
 
-bool is_known_optimizer(const std::string& name) {
-  return name == "adamw" || name == "q-adamw" || name == "root" || name == "q-root";
-}
-
-std::string known_optimizers() {
-  return "adamw, q-adamw, root, q-root";
-}
-
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const ParameterSet& params,
                                           const OptimizerPlacement& place, uint64_t seed) {
   if (name == "adamw") return std::make_unique<AdamWOptimizer>(params, place);

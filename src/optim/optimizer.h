@@ -9,10 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "model/engine.h"
-#include "model/state_index.h"
+#include "core/communicator.h"
+#include "core/index_range.h"
+#include "core/state_index.h"
+#include "core/state_tensor.h"
+#include "core/step_types.h"
 #include "nn/parameters.h"
+#include "optim/adamw_state.h"  // the AdamW layout every optimizer's state builds on
+#include "recipe/optimizer_names.h"  // is_known_optimizer, known_optimizers: the names make_optimizer takes
 
 namespace fp4 {
 
@@ -51,9 +55,5 @@ class Optimizer {
 // fp4::Error naming the value and the known ones otherwise. `seed` is the run seed (stochastic rounding).
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const ParameterSet& params,
                                           const OptimizerPlacement& place, uint64_t seed);
-
-// The optimizer names make_optimizer takes, for recipe validation and messages.
-bool is_known_optimizer(const std::string& name);
-std::string known_optimizers();  // "adamw, q-adamw, root, q-root"
 
 }  // namespace fp4

@@ -21,7 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "model/engine.h"
+#include "core/parameter_info.h"
+#include "core/state_tensor.h"
 #include "optim/osci_reset_backend.h"
 #include "recipe/recipe.h"
 
@@ -39,18 +40,6 @@ std::vector<OsciTarget> osci_targets(const std::vector<ParameterInfo>& params, c
 
 // The first step of the schedule: `start` < 1 is a fraction of total_steps, otherwise a step number.
 int64_t osci_start_step(const OsciResetConfig& cfg, int64_t total_steps);
-
-// A training engine's FP32 masters as WeightAccess, through read_parameter / write_parameter (the host form's
-// access in the trainer and the tests).
-class EngineWeightAccess final : public WeightAccess {
- public:
-  explicit EngineWeightAccess(TrainingEngine& engine) : engine_(engine) {}
-  void read(const std::string& name, std::span<float> out) override { engine_.read_parameter(name, out); }
-  void write(const std::string& name, std::span<const float> in) override { engine_.write_parameter(name, in); }
-
- private:
-  TrainingEngine& engine_;
-};
 
 class OsciReset {
  public:

@@ -1,5 +1,5 @@
 // The two Q-AdamW quantities the CPU QAdamW (optim/q_adamw.cpp) and its device form
-// (ops/cuda/q_adamw_cuda.h) must agree on bit for bit: the Philox key of a tensor's moment at a step, and
+// (optim/cuda/q_adamw_cuda.h) must agree on bit for bit: the Philox key of a tensor's moment at a step, and
 // the bound on the normalized step.
 #pragma once
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "model/engine.h"
-#include "model/state_index.h"
+#include "core/state_index.h"
+#include "core/state_tensor.h"
 
 namespace fp4 {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "model/engine.h"
+#include "core/parameter_info.h"
 #include "optim/newton_schulz.h"
 
 namespace fp4 {
@@ -51,7 +51,7 @@ struct RootStepInfo {
 
 // The Newton-Schulz options of a ROOT step on a [rows x cols] matrix: opt's steps, precision and rounding,
 // its coefficients or else the shape's table (FP32) / kQRootNsCoefficients (NVFP4), SR from `sr`. Shared by
-// root_step and its device form (ops/cuda/root_cuda.cu).
+// root_step and its device form (optim/cuda/root_cuda.cu).
 NsOptions root_ns_options(const RootOptions& opt, int64_t rows, int64_t cols, RngStream sr);
 
 // One ROOT step of the momentum matrix `m` and weight `w` ([rows x cols], row-major) with gradient `g`.

@@ -3,8 +3,9 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "model/engine_common.h"
-#include "model/state_index.h"
+#include "core/state_index.h"
+#include "core/state_tensor.h"
+#include "optim/adamw_state.h"
 
 namespace fp4 {
 

@@ -10,7 +10,7 @@
 #include <toml++/toml.h>
 
 #include "core/error.h"
-#include "optim/optimizer.h"
+#include "recipe/optimizer_names.h"
 
 namespace fp4 {
 namespace {

@@ -6,12 +6,6 @@
 
 namespace fp4 {
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 void Tensor::resize(std::vector<int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape) {

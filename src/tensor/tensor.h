@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/shape_string.h"
+
 namespace fp4 {
 
 class Tensor {
@@ -33,6 +35,5 @@ class Tensor {
   std::vector<float> data_;
 };
 
-std::string shape_string(const std::vector<int64_t>& shape);
 
 }  // namespace fp4

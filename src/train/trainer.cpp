@@ -10,6 +10,7 @@
 #include "dist/make_communicator.h"
 #include "dist/shard_plan.h"
 #include "model/cuda/cuda_engine.h"
+#include "model/engine_weight_access.h"
 #include "nn/out_control.h"
 #include "train/checkpoint.h"
 #include "train/data_setup.h"

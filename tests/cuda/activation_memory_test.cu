@@ -24,7 +24,7 @@
 #include "model/cuda/batch_upload.h"
 #include "model/cuda/cuda_engine.h"
 #include "model/cuda/cuda_olmo2.h"
-#include "model/cuda/device_params.h"
+#include "nn/cuda/device_params.h"
 #include "model/olmo2.h"
 #include "nn/cuda/linear_cuda.h"
 #include "ops/cuda/gemm_cublaslt.h"

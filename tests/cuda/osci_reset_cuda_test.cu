@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "model/config.h"
 #include "model/cuda/cuda_engine.h"
+#include "model/engine_weight_access.h"
 #include "numerics/quantize.h"
 #include "ops/cuda/cuda_check.h"
 #include "optim/cuda/osci_device_backend.h"

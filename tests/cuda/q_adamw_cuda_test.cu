@@ -17,7 +17,7 @@
 #include "core/error.h"
 #include "model/cpu_engine.h"
 #include "model/cuda/cuda_engine.h"
-#include "model/cuda/device_params.h"
+#include "nn/cuda/device_params.h"
 #include "model/cuda/device_q_adamw.h"
 #include "model/state_index.h"
 #include "optim/q_adamw.h"

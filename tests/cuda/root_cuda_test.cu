@@ -21,7 +21,7 @@
 #include "model/config.h"
 #include "model/cpu_engine.h"
 #include "model/cuda/cuda_engine.h"
-#include "model/cuda/device_params.h"
+#include "nn/cuda/device_params.h"
 #include "model/cuda/device_root.h"
 #include "model/engine_common.h"
 #include "model/state_index.h"

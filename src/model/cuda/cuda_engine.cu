@@ -10,7 +10,7 @@
 #include "model/state_index.h"
 #include "model/cuda/cuda_olmo2.h"
 #include "model/cuda/device_adamw.h"
-#include "model/cuda/device_params.h"
+#include "nn/cuda/device_params.h"
 #include "model/cuda/device_q_adamw.h"
 #include "model/cuda/device_root.h"
 #include "model/olmo2.h"

@@ -16,7 +16,7 @@
 #include "model/config.h"
 #include "model/cuda/activation_arena.h"
 #include "model/cuda/batch_upload.h"
-#include "model/cuda/device_params.h"
+#include "nn/cuda/device_params.h"
 #include "nn/cuda/linear_cuda.h"
 #include "nn/cuda/q_attention_cuda.h"
 #include "nn/quant_linear.h"

@@ -9,10 +9,10 @@
 #include <span>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "model/cuda/device_params.h"
+#include "core/communicator.h"
+#include "nn/cuda/device_params.h"
 #include "model/engine.h"
-#include "ops/cuda/adamw_cuda.h"
+#include "optim/cuda/adamw_cuda.h"
 
 namespace fp4::cuda {
 

@@ -1,6 +1,6 @@
 // DeviceQAdamW: the CPU QAdamW (optim/q_adamw.h) on the GPU for one process. The packed moments (codes,
 // E4M3 scales, tensor scales, BF16 tile means) live on the device in flat buffers, tensor after tensor;
-// the gradient norm, clipping and non-finite check are DeviceAdamW's (ops/cuda/adamw_cuda.h). Checkpoints
+// the gradient norm, clipping and non-finite check are DeviceAdamW's (optim/cuda/adamw_cuda.h). Checkpoints
 // use QAdamW's tensor names and bytes, so a state moves between the CPU and CUDA engines.
 #pragma once
 
@@ -9,11 +9,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/cuda/device_params.h"
+#include "nn/cuda/device_params.h"
 #include "model/engine.h"
 #include "model/state_index.h"
-#include "ops/cuda/adamw_cuda.h"
-#include "ops/cuda/q_adamw_cuda.h"
+#include "optim/cuda/adamw_cuda.h"
+#include "optim/cuda/q_adamw_cuda.h"
 
 namespace fp4::cuda {
 

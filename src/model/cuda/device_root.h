@@ -1,6 +1,6 @@
 // DeviceRoot: the CPU RootOptimizer (optim/root_optimizer.h) on the GPU for one process. Every
-// root_eligible matrix is stepped by ROOT / Q-Root on the device (ops/cuda/root_cuda.h) with FP32 momentum
-// in one flat buffer; every other parameter (embedding, head, norm gains) by AdamW (ops/cuda/adamw_cuda.h)
+// root_eligible matrix is stepped by ROOT / Q-Root on the device (optim/cuda/root_cuda.h) with FP32 momentum
+// in one flat buffer; every other parameter (embedding, head, norm gains) by AdamW (optim/cuda/adamw_cuda.h)
 // with compact FP32 moments. The global gradient norm, clipping factor and non-finite check are
 // DeviceAdamW's, over all parameters, as the engines clip before the optimizer. Checkpoints use
 // RootOptimizer's tensor names and layout, so a state moves between the CPU and CUDA engines.
@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "model/cuda/device_params.h"
+#include "nn/cuda/device_params.h"
 #include "model/engine.h"
 #include "model/state_index.h"
-#include "ops/cuda/adamw_cuda.h"
-#include "ops/cuda/root_cuda.h"
+#include "optim/cuda/adamw_cuda.h"
+#include "optim/cuda/root_cuda.h"
 #include "optim/root.h"
 
 namespace fp4::cuda {

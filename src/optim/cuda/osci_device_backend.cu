@@ -2,7 +2,7 @@
 #include <limits>
 
 #include "core/error.h"
-#include "model/cuda/device_params.h"
+#include "nn/cuda/device_params.h"
 #include "optim/cuda/osci_device_backend.h"
 #include "optim/osci_reset_host.h"
 

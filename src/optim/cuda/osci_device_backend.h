@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "model/cuda/cuda_engine.h"
 #include "ops/cuda/cuda_check.h"
+#include "optim/cuda/device_master_weights.h"
 #include "optim/cuda/osci_device_quantizer.h"
 #include "optim/cuda/osci_kernels.h"
 #include "optim/osci_reset_backend.h"

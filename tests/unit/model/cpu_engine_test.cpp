@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "core/error.h"
-#include "gradcheck.h"
+#include "../ops/gradcheck.h"
 
 namespace fp4 {
 namespace {

@@ -1,5 +1,5 @@
 #include "core/error.h"
-#include "model/cuda/device_params.h"
+#include "nn/cuda/device_params.h"
 #include "ops/cuda/elementwise_cuda.h"
 
 namespace fp4::cuda {

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "gradcheck.h"
+#include "../ops/gradcheck.h"
 
 namespace fp4 {
 namespace {

@@ -1,7 +1,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "ops/cuda/adamw_cuda.h"
+#include "optim/cuda/adamw_cuda.h"
 #include "ops/cuda/cuda_check.h"
 
 namespace fp4::cuda {

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "numerics/quantize.h"
 #include "recipe/recipe_io.h"
-#include "../optim/memory_weights.h"
+#include "memory_weights.h"
 
 namespace fp4 {
 namespace {

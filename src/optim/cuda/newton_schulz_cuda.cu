@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "ops/cuda/newton_schulz_cuda.h"
+#include "optim/cuda/newton_schulz_cuda.h"
 
 namespace fp4::cuda {
 

@@ -1,4 +1,4 @@
-#include "model/config.h"
+#include "core/model_config.h"
 
 #include <cmath>
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "ops/cuda/root_cuda.h"
+#include "optim/cuda/root_cuda.h"
 
 namespace fp4::cuda {
 

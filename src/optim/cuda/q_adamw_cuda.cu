@@ -12,7 +12,7 @@
 #include "numerics/nvfp4_block.h"
 #include "numerics/philox.h"
 #include "ops/cuda/cuda_check.h"
-#include "ops/cuda/q_adamw_cuda.h"
+#include "optim/cuda/q_adamw_cuda.h"
 #include "optim/q_adamw_keys.h"
 
 namespace fp4::cuda {

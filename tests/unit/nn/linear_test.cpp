@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "gradcheck.h"
+#include "../ops/gradcheck.h"
 #include "ops/ops.h"
 #include <cmath>
 #include <random>

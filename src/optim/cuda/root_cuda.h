@@ -1,7 +1,7 @@
 // One ROOT / Q-Root step of one weight matrix on the GPU (optim/root.h: root_step), queued on a stream:
 //   g = grad * clip_coef (the global clipping, StepControl);  M' = mu M + g;  U = g + mu M' (Nesterov) or M';
 //   eps = the clip_quantile of |U| (exact: a radix sort of |U|'s bits, then the CPU's interpolation in
-//   double);  B = clamp(U, -eps, eps);  X = NS(B) (ops/cuda/newton_schulz_cuda.h);
+//   double);  B = clamp(U, -eps, eps);  X = NS(B) (optim/cuda/newton_schulz_cuda.h);
 //   W <- W - lr (update_scale sqrt(max(r, c)) X + wd W),  M <- M'.
 // The elementwise arithmetic is the CPU's, unfused, so M', U, eps and B are the CPU's bits; X differs by
 // the GEMMs' summation order only. Failures are found on the device: a non-finite NS input or a diverged
@@ -15,8 +15,8 @@
 
 #include <cstdint>
 
-#include "ops/cuda/adamw_cuda.h"
-#include "ops/cuda/newton_schulz_cuda.h"
+#include "optim/cuda/adamw_cuda.h"
+#include "optim/cuda/newton_schulz_cuda.h"
 #include "optim/root.h"
 
 namespace fp4::cuda {

@@ -16,7 +16,7 @@
 
 #include <cstdint>
 
-#include "ops/cuda/adamw_cuda.h"
+#include "optim/cuda/adamw_cuda.h"
 
 namespace fp4::cuda {
 

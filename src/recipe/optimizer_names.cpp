@@ -1,0 +1,13 @@
+#include "recipe/optimizer_names.h"
+
+namespace fp4 {
+
+bool is_known_optimizer(const std::string& name) {
+  return name == "adamw" || name == "q-adamw" || name == "root" || name == "q-root";
+}
+
+std::string known_optimizers() {
+  return "adamw, q-adamw, root, q-root";
+}
+
+}  // namespace fp4
