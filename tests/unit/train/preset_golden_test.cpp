@@ -5,14 +5,17 @@
 #include <cblas.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "preset_golden_values.h"
+#include "recipe/recipe_io.h"
 #include "test_util.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
@@ -143,6 +146,41 @@ TEST(PresetGolden, LossesAreBitIdenticalToTheRecordedOnes) {
           << (i < kSteps ? "step " + std::to_string(i + 1) : "final eval");
   }
   if (record) std::printf("     }},\n");
+}
+
+// The presets added with `extends` (no recorded losses: they did not exist before) train through the trainer
+// with their features acting within the run, and the loss falls.
+TEST(PresetGolden, NewPresetsTrainAndLowerTheLoss) {
+  const std::vector<std::pair<std::string, std::string>> act_early = {
+      {"out_control.calib_start", "2"}, {"out_control.calib_steps", "3"}, {"osci_reset.window", "2"},
+      {"osci_reset.period", "3"},       {"osci_reset.threshold", "1"},    {"lora_svd.realign_every", "3"}};
+  testing::TempDir tmp;
+  prepare_fixed_corpus(tmp.path());
+  for (const char* preset :
+       {"tetrajet-v2", "tetrajet-v2-memeff", "nvidia-nvfp4-bf16tail", "fullstack-fp4", "fp4train-max"}) {
+    SCOPED_TRACE(preset);
+    const Recipe recipe = load_recipe(preset);
+    GoldenCase c{preset, preset, {}};
+    for (const auto& [key, value] : act_early) {
+      const std::string section = key.substr(0, key.find('.'));
+      if ((section == "out_control" && recipe.out_control.enabled) ||
+          (section == "osci_reset" && recipe.osci_reset.enabled) ||
+          (section == "lora_svd" && recipe.lora_svd.enabled))
+        c.overrides.push_back({key, value});
+    }
+    const std::vector<double> losses = run_losses(tmp.path(), c);
+    ASSERT_EQ(losses.size(), static_cast<size_t>(kSteps + 1));
+    for (double l : losses) EXPECT_TRUE(std::isfinite(l));
+    EXPECT_LT(losses[kSteps - 1], losses[0] - 1.0);
+    int out_control = 0, osci_reset = 0;
+    for (const auto& j : read_metrics(tmp.path() / preset / "metrics.jsonl")) {
+      out_control += j["type"] == "out_control";
+      osci_reset += j["type"] == "osci_reset";
+    }
+    EXPECT_EQ(out_control, recipe.out_control.enabled ? 1 : 0);  // frozen after step 4
+    EXPECT_EQ(osci_reset, recipe.osci_reset.enabled ? 1 : 0);    // start 0.65 of 10: one window, steps 7-8
+    std::cout << preset << ": loss " << losses[0] << " -> " << losses[kSteps - 1] << "\n";
+  }
 }
 
 }  // namespace
