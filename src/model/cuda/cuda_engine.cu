@@ -93,14 +93,7 @@ class CudaEngine final : public TrainingEngine,
  public:
   CudaEngine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed, int device)
       : device_(select_device(device)), cfg_(cfg), uploader_(stream_.get()), sums_(2) {
-    FP4_CHECK(recipe.optimizer == "adamw" || recipe.optimizer == "q-adamw" || recipe.optimizer == "root" ||
-                  recipe.optimizer == "q-root",
-              "recipe ", recipe.name, ": optimizer = \"", recipe.optimizer, "\" is not available in the CUDA engine ",
-              "(adamw, q-adamw, root and q-root only; set the recipe field optimizer)");
-    FP4_CHECK(!recipe.attention.q_attn, "recipe ", recipe.name, ": attention.q_attn (NVFP4 attention) runs on ",
-              "the CPU engine only so far; use the cpu device or set attention.q_attn=false");
-    FP4_CHECK(!recipe.lora_svd.enabled, "recipe ", recipe.name, ": lora_svd (LoRA-SVD projections) runs on the ",
-              "CPU engine only so far; use the cpu device or set lora_svd.enabled=false");
+    check_cuda_engine_recipe(recipe);
     cudaDeviceProp prop{};
     FP4_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     device_name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
@@ -533,6 +526,17 @@ class CudaEngine final : public TrainingEngine,
 };
 
 }  // namespace
+
+void check_cuda_engine_recipe(const Recipe& recipe) {
+  FP4_CHECK(recipe.optimizer == "adamw" || recipe.optimizer == "q-adamw" || recipe.optimizer == "root" ||
+                recipe.optimizer == "q-root",
+            "recipe ", recipe.name, ": optimizer = \"", recipe.optimizer, "\" is not available in the CUDA engine ",
+            "(adamw, q-adamw, root and q-root only; set the recipe field optimizer)");
+  FP4_CHECK(!recipe.attention.q_attn, "recipe ", recipe.name, ": attention.q_attn (NVFP4 attention) runs on ",
+            "the CPU engine only so far; use the cpu device or set attention.q_attn=false");
+  FP4_CHECK(!recipe.lora_svd.enabled, "recipe ", recipe.name, ": lora_svd (LoRA-SVD projections) runs on the ",
+            "CPU engine only so far; use the cpu device or set lora_svd.enabled=false");
+}
 
 std::unique_ptr<TrainingEngine> make_cuda_engine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed,
                                                  int device) {
