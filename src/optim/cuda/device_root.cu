@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "model/cuda/device_root.h"
+#include "optim/cuda/device_root.h"
 #include "model/engine_common.h"
 #include "optim/adamw.h"
 #include "optim/root_optimizer.h"
