@@ -1,5 +1,5 @@
 // Q-AdamW's checkpoint tensors (layout: q_adamw_state.cpp): their names and the checks that both the CPU
-// QAdamW and its device form (model/cuda/device_q_adamw.cu) make before they load anything.
+// QAdamW and its device form (optim/cuda/device_q_adamw.cu) make before they load anything.
 #pragma once
 
 #include <array>

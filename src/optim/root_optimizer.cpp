@@ -1,5 +1,6 @@
 #include "optim/root_optimizer.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -31,9 +32,11 @@ RootOptimizer::RootOptimizer(const ParameterSet& params, const OptimizerPlacemen
     const Parameter& p = params.at(i);
     if (root_eligible(p.info)) {
       root_index_.push_back(i);
+      root_offset_.push_back(p.offset);
       roots_.emplace_back(p.info.name, p.info.shape[0], p.info.shape[1], static_cast<uint32_t>(i), seed);
     } else {
       adam_index_.push_back(i);
+      adam_offset_.push_back(p.offset);
       adam_params_.add(p.info.name, p.info.shape, p.info.weight_decay, p.init);
     }
   }
@@ -120,6 +123,24 @@ int64_t RootOptimizer::state_bytes() const {
   int64_t bytes = adam_->state_bytes();
   for (const auto& r : roots_) bytes += static_cast<int64_t>(r.momentum().size_bytes());
   return bytes;
+}
+
+void RootOptimizer::reset_moments(const std::vector<IndexRange>& ranges) {
+  std::vector<IndexRange> adam_ranges;  // the same elements in AdamW's compact parameter buffer
+  for (const IndexRange& r : ranges) {
+    for (size_t k = 0; k < roots_.size(); ++k) {
+      const int64_t off = root_offset_[k], n = static_cast<int64_t>(roots_[k].momentum().size());
+      const int64_t lo = std::max(r.begin, off), hi = std::min(r.end, off + n);
+      if (lo < hi) std::fill(roots_[k].momentum().begin() + (lo - off), roots_[k].momentum().begin() + (hi - off), 0.0f);
+    }
+    for (size_t k = 0; k < adam_index_.size(); ++k) {
+      const Parameter& p = adam_params_.at(static_cast<int>(k));
+      const int64_t off = adam_offset_[k];
+      const int64_t lo = std::max(r.begin, off), hi = std::min(r.end, off + p.info.numel());
+      if (lo < hi) adam_ranges.push_back({p.offset + (lo - off), p.offset + (hi - off)});
+    }
+  }
+  adam_->reset_moments(adam_ranges);
 }
 
 std::vector<std::string> RootOptimizer::root_parameters() const {

@@ -40,6 +40,8 @@ class RootOptimizer final : public Optimizer {
   std::vector<StateTensor> save_state(const ParameterSet& params) const override;
   void load_state(const StateIndex& index, const ParameterSet& params) override;
   int64_t state_bytes() const override;
+  // Zeroes the momentum of ROOT matrices and the AdamW moments of the other parameters inside `ranges`.
+  void reset_moments(const std::vector<IndexRange>& ranges) override;
 
   const RootOptions& options() const { return opt_; }
   // Names of the parameters ROOT updates, and of those AdamW updates, in ParameterSet order.
@@ -55,8 +57,10 @@ class RootOptimizer final : public Optimizer {
   IndexRange shard_;
   int64_t step_ = 0;
   std::vector<int> root_index_;  // ParameterSet index of each ROOT matrix
+  std::vector<int64_t> root_offset_;  // flat-buffer offset of each ROOT matrix
   std::vector<RootMatrix> roots_;
   std::vector<int> adam_index_;  // ParameterSet index of each AdamW parameter
+  std::vector<int64_t> adam_offset_;  // its flat-buffer offset in the full ParameterSet
   ParameterSet adam_params_;     // copies of the AdamW parameters (values and gradients) for AdamW's step
   std::unique_ptr<AdamWOptimizer> adam_;
   std::vector<RootStepInfo> last_info_;

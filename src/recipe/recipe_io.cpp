@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 #include <toml++/toml.h>
 
@@ -196,26 +197,22 @@ std::vector<std::string> recipe_preset_names() {
   return names;
 }
 
-Recipe parse_recipe(const std::string& text, const std::string& origin) {
-  toml::table tbl;
-  try {
-    tbl = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    std::ostringstream os;
-    os << e;
-    FP4_THROW(origin, ": invalid TOML: ", os.str());
-  }
-  Recipe r;
-  r.name = "";
+namespace {
+
+// Applies the keys of one recipe file's table onto r: the defaults, or the recipe its `extends` names. A
+// table of the file (linear.qN, osci_reset, ...) changes only the fields it names; bf16_layers is replaced.
+void apply_recipe_table(Recipe& r, const toml::table& tbl, const std::string& origin) {
   for (const auto& [k, node] : tbl) {
     const std::string key(k.str());
     const std::string where = origin + ": '" + key + "'";
+    if (key == "extends") continue;  // resolved by the caller
     if (key == "name") r.name = node_text(node, where);
     else if (key == "description") r.description = node_text(node, where);
     else if (key == "optimizer") r.optimizer = node_text(node, where);
     else if (key == "bf16_layers") {
       const toml::array* arr = node.as_array();
       FP4_CHECK(arr, where, ": expected an array of block indices, e.g. [0, -1]");
+      r.bf16_layers.clear();
       for (const auto& el : *arr) {
         auto v = el.value<int64_t>();
         FP4_CHECK(v.has_value(), where, ": entries must be integers");
@@ -234,12 +231,11 @@ Recipe parse_recipe(const std::string& text, const std::string& origin) {
         const int op = operand_index(lkey, origin);
         const toml::table* st = lnode.as_table();
         FP4_CHECK(st, lwhere, ": expected a table of quantizer fields");
-        QuantSpec spec;
+        QuantSpec& spec = r.linear.q[op];
         for (const auto& [fk, fnode] : *st) {
           const std::string fw = lwhere.substr(0, lwhere.size() - 1) + "." + std::string(fk.str()) + "'";
           set_spec_field(spec, std::string(fk.str()), node_text(fnode, fw), fw);
         }
-        r.linear.q[op] = spec;
       }
     } else if (key == "osci_reset") {
       const toml::table* ot = node.as_table();
@@ -271,12 +267,90 @@ Recipe parse_recipe(const std::string& text, const std::string& origin) {
       }
     } else {
       FP4_THROW(origin, ": unknown key '", key,
-                "' (expected name, description, optimizer, bf16_layers, linear, osci_reset, out_control, "
-                "attention, lora_svd)");
+                "' (expected extends, name, description, optimizer, bf16_layers, linear, osci_reset, "
+                "out_control, attention, lora_svd)");
     }
   }
-  FP4_CHECK(!r.name.empty(), origin, ": missing 'name'");
+  FP4_CHECK(tbl.contains("name") && !r.name.empty(), origin, ": missing 'name'");
+}
+
+toml::table parse_toml(const std::string& text, const std::string& origin) {
+  try {
+    return toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << e;
+    FP4_THROW(origin, ": invalid TOML: ", os.str());
+  }
+}
+
+std::string read_recipe_file(const fs::path& path) {
+  std::ifstream in(path);
+  FP4_CHECK(in, "cannot read recipe file ", path.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string preset_list() {
+  std::string known;
+  for (const auto& n : recipe_preset_names()) known += (known.empty() ? "" : ", ") + n;
+  return known.empty() ? "none found" : known;
+}
+
+// The file a preset name or .toml path stands for; `near` (a directory, may be empty) is searched before the
+// recipe directory, so a recipe extends its neighbours. Empty when there is none.
+fs::path find_recipe_file(const std::string& name_or_path, const fs::path& near) {
+  std::error_code ec;
+  const fs::path given(name_or_path);
+  std::vector<fs::path> candidates;
+  if (given.extension() == ".toml") {
+    candidates.push_back(given);
+    if (!near.empty() && given.is_relative()) candidates.push_back(near / given);
+  } else if (!name_or_path.empty() && name_or_path.find('/') == std::string::npos) {
+    if (!near.empty()) candidates.push_back(near / (name_or_path + ".toml"));
+    candidates.push_back(fs::path(recipe_directory()) / (name_or_path + ".toml"));
+  }
+  for (const auto& c : candidates)
+    if (fs::is_regular_file(c, ec)) return c;
+  return {};
+}
+
+// The recipe of one file's text with everything it extends applied first. `chain` holds the files being
+// resolved (outermost first) to refuse a cycle.
+Recipe resolve_recipe(const std::string& text, const std::string& origin, const fs::path& dir,
+                      std::vector<std::string>& chain) {
+  const toml::table tbl = parse_toml(text, origin);
+  Recipe r;
+  r.name = "";
+  if (const toml::node* parent = tbl.get("extends")) {
+    const std::string where = origin + ": 'extends'";
+    const std::optional<std::string> name = parent->value<std::string>();
+    FP4_CHECK(name && !name->empty(), where, ": expected the name of a preset or a .toml path");
+    const fs::path file = find_recipe_file(*name, dir);
+    FP4_CHECK(!file.empty(), where, ": no recipe '", *name, "' (presets in ", recipe_directory(), ": ",
+              preset_list(), ")");
+    std::error_code ec;
+    const std::string id = fs::weakly_canonical(file, ec).string();
+    if (std::find(chain.begin(), chain.end(), id) != chain.end()) {
+      std::string cycle;
+      for (const auto& c : chain) cycle += c + " -> ";
+      FP4_THROW(where, ": recipes extend each other in a cycle: ", cycle, id);
+    }
+    chain.push_back(id);
+    r = resolve_recipe(read_recipe_file(file), file.string(), file.parent_path(), chain);
+    chain.pop_back();
+    r.description.clear();  // a description speaks for its own file
+  }
+  apply_recipe_table(r, tbl, origin);
   return r;
+}
+
+}  // namespace
+
+Recipe parse_recipe(const std::string& text, const std::string& origin) {
+  std::vector<std::string> chain;
+  return resolve_recipe(text, origin, {}, chain);
 }
 
 void apply_recipe_override(Recipe& r, const std::string& assignment) {
@@ -379,28 +453,19 @@ void validate(const Recipe& r) {
               ") must be finite and nonzero");
     FP4_CHECK(p.quantized(), name,
               ": lora_svd protects the quantized linears, but this recipe quantizes none");
-    FP4_CHECK(r.optimizer == "adamw", name, ": lora_svd resets the optimizer moments of its factors at each ",
-              "realignment, which only optimizer adamw implements (got '", r.optimizer, "')");
+    FP4_CHECK(r.optimizer == "adamw" || r.optimizer == "root" || r.optimizer == "q-root", name,
+              ": lora_svd resets the optimizer moments of its factors at each realignment, which only optimizer ",
+              "adamw, root and q-root implement (got '", r.optimizer, "')");
   }
 }
 
 Recipe load_recipe(const std::string& name_or_path, const std::vector<std::string>& overrides) {
-  fs::path path(name_or_path);
+  const fs::path path = find_recipe_file(name_or_path, {});
+  FP4_CHECK(!path.empty(), "unknown recipe '", name_or_path, "' (presets in ", recipe_directory(), ": ",
+            preset_list(), ")");
   std::error_code ec;
-  if (!(path.extension() == ".toml" && fs::exists(path, ec))) {
-    path = fs::path(recipe_directory()) / (name_or_path + ".toml");
-    if (!fs::exists(path, ec)) {
-      std::string known;
-      for (const auto& n : recipe_preset_names()) known += (known.empty() ? "" : ", ") + n;
-      FP4_THROW("unknown recipe '", name_or_path, "' (presets in ", recipe_directory(), ": ",
-                known.empty() ? "none found" : known, ")");
-    }
-  }
-  std::ifstream in(path);
-  FP4_CHECK(in, "cannot read recipe file ", path.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Recipe r = parse_recipe(ss.str(), path.string());
+  std::vector<std::string> chain = {fs::weakly_canonical(path, ec).string()};
+  Recipe r = resolve_recipe(read_recipe_file(path), path.string(), path.parent_path(), chain);
   for (const auto& o : overrides) apply_recipe_override(r, o);
   validate(r);
   return r;

@@ -157,6 +157,16 @@ void Trainer::set_up() {
   // The engine first: a device this build lacks is reported before any data work.
   engine_ = make_engine(cfg_, recipe_, dist_.local_rank);
   if (dist_.launched) set_up_data_parallel(ckpt ? ckpt->step() : -1);
+  if (recipe_.out_control.enabled) {
+    // OutControl calibrates at fixed steps (the tetrajet-v2 preset: the authors' 501..550): say so when the
+    // run ends before the freeze, instead of silently keeping every channel in NVFP4.
+    const int64_t run_steps = schedule_.total_steps > 0 ? schedule_.total_steps : cfg_.train.steps;
+    const int64_t freeze = int64_t{recipe_.out_control.calib_start} + recipe_.out_control.calib_steps - 1;
+    if (freeze > run_steps)
+      log("out_control: calibration ends at step " + std::to_string(freeze) + ", after this run's " +
+          std::to_string(run_steps) + " steps: every input channel stays in NVFP4 (set out_control.calib_start " +
+          "and calib_steps to calibrate earlier)");
+  }
   if (recipe_.osci_reset.enabled) {
     // Data parallelism: every rank runs its own replica of the tracker. After each step's all-gather
     // the ranks hold the same master weights bit for bit, and the tracker is a deterministic function

@@ -1,4 +1,4 @@
-// Q-AdamW on the GPU (model/cuda/device_q_adamw.h) against the CPU QAdamW (optim/q_adamw.h): the same
+// Q-AdamW on the GPU (optim/cuda/device_q_adamw.h) against the CPU QAdamW (optim/q_adamw.h): the same
 // parameters and gradients give the same parameters and the same state bytes, step after step; a
 // non-finite gradient skips the update and an overflowing moment is refused as the CPU refuses it; the
 // CUDA engine trains with tetrajet-v2-qadamw and its checkpoint loads into the CPU engine's QAdamW and back.
@@ -18,7 +18,7 @@
 #include "model/cpu_engine.h"
 #include "model/cuda/cuda_engine.h"
 #include "nn/cuda/device_params.h"
-#include "model/cuda/device_q_adamw.h"
+#include "optim/cuda/device_q_adamw.h"
 #include "model/state_index.h"
 #include "optim/q_adamw.h"
 #include "recipe/recipe_io.h"

@@ -1,4 +1,4 @@
-// ROOT / Q-Root on the GPU (model/cuda/device_root.h) against the CPU RootOptimizer (optim/root_optimizer.h):
+// ROOT / Q-Root on the GPU (optim/cuda/device_root.h) against the CPU RootOptimizer (optim/root_optimizer.h):
 // the same matrices and gradients give bit-identical momenta, clipping thresholds and AdamW parts, and
 // updates within the FP32 GEMMs' summation-order tolerance; Q-Root's first Newton-Schulz operands are the
 // CPU quantizer's bytes; failures are refused as the CPU refuses them, leaving the state unchanged; the CUDA
@@ -22,7 +22,7 @@
 #include "model/cpu_engine.h"
 #include "model/cuda/cuda_engine.h"
 #include "nn/cuda/device_params.h"
-#include "model/cuda/device_root.h"
+#include "optim/cuda/device_root.h"
 #include "model/engine_common.h"
 #include "model/state_index.h"
 #include "numerics/philox.h"

@@ -9,14 +9,12 @@
 #include "model/engine_common.h"
 #include "model/state_index.h"
 #include "model/cuda/cuda_olmo2.h"
-#include "model/cuda/device_adamw.h"
 #include "nn/cuda/device_params.h"
-#include "model/cuda/device_q_adamw.h"
-#include "model/cuda/device_root.h"
 #include "model/olmo2.h"
 #include "nn/out_control.h"
 #include "ops/cuda/elementwise_cuda.h"
 #include "ops/cuda/gemm_cublaslt.h"
+#include "optim/cuda/device_optimizer.h"
 #include "optim/cuda/osci_device_backend.h"
 #include "optim/grad_buckets.h"
 #include "tensor/tensor.h"
@@ -93,12 +91,7 @@ class CudaEngine final : public TrainingEngine,
  public:
   CudaEngine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed, int device)
       : device_(select_device(device)), cfg_(cfg), uploader_(stream_.get()), sums_(2) {
-    FP4_CHECK(recipe.optimizer == "adamw" || recipe.optimizer == "q-adamw" || recipe.optimizer == "root" ||
-                  recipe.optimizer == "q-root",
-              "recipe ", recipe.name, ": optimizer = \"", recipe.optimizer, "\" is not available in the CUDA engine ",
-              "(adamw, q-adamw, root and q-root only; set the recipe field optimizer)");
-    FP4_CHECK(!recipe.lora_svd.enabled, "recipe ", recipe.name, ": lora_svd (LoRA-SVD projections) runs on the ",
-              "CPU engine only so far; use the cpu device or set lora_svd.enabled=false");
+    check_cuda_engine_recipe(recipe);
     cudaDeviceProp prop{};
     FP4_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     device_name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
@@ -109,13 +102,7 @@ class CudaEngine final : public TrainingEngine,
       host.init_parameters(seed);
       params_ = std::make_unique<cuda::DeviceParams>(host.params(), stream_.get());
     }
-    if (recipe.optimizer == "q-adamw")
-      qadam_ = std::make_unique<cuda::DeviceQAdamW>(*params_, stream_.get(), seed);
-    else if (recipe.optimizer == "root" || recipe.optimizer == "q-root")
-      root_ = std::make_unique<cuda::DeviceRoot>(*params_, stream_.get(), seed,
-                                                 recipe.optimizer == "q-root" ? NsPrecision::kNvfp4 : NsPrecision::kFp32);
-    else
-      adam_ = std::make_unique<cuda::DeviceAdamW>(*params_, stream_.get());
+    opt_ = cuda::make_device_optimizer(recipe.optimizer, *params_, stream_.get(), seed);
     model_ = std::make_unique<cuda::CudaOlmo2>(cfg_, recipe, *params_, gemm_, stream_.get());
     model_->quant_context().seed = seed;
   }
@@ -138,28 +125,17 @@ class CudaEngine final : public TrainingEngine,
     if (OutControl* oc = model_->out_control()) oc->begin_step(step);
     const int64_t total = run_micro_batches(micro_batches, where);
     if (comm_) overlap_ ? wait_for_reductions() : reduce_gradients();
-    if (qadam_)
-      qadam_->queue_step(*params_, hyper, sums_.data());
-    else if (root_)
-      root_->queue_step(*params_, hyper, sums_.data());
-    else
-      adam_->queue_step(*params_, hyper, sums_.data());
+    opt_->queue_step(*params_, hyper, sums_.data());
     if (comm_) gather_parameters();
     const StepStats stats = finish(where, total);
     end_out_control_step(step);
-    qadam_ ? qadam_->commit_step() : root_ ? root_->commit_step() : adam_->commit_step();
+    opt_->commit_step();
     return stats;
   }
 
   void set_data_parallel(const DataParallel& dp) override {
     set_device();
-    FP4_CHECK(!qadam_, "CUDA engine: optimizer = \"q-adamw\" (recipe field 'optimizer') runs on one process ",
-              "only in the CUDA engine; train without data parallelism, use the cpu device, or set optimizer = ",
-              "\"adamw\"");
-    FP4_CHECK(!root_, "CUDA engine: optimizer = \"", root_ ? root_->name() : std::string(), "\" (recipe field ",
-              "'optimizer') runs on one process only: Newton-Schulz needs each matrix's whole gradient, and data ",
-              "parallelism reduce-scatters gradients to ZeRO-1 shards; train on one process or set optimizer = ",
-              "\"adamw\"");
+    opt_->check_shardable();
     FP4_CHECK(dp.comm != nullptr && dp.comm->device_memory(), "CUDA engine: data parallelism needs a device ",
               "communicator (got ", dp.comm ? dp.comm->backend() : std::string("none"), ")");
     const int world = dp.comm->world_size();
@@ -175,7 +151,7 @@ class CudaEngine final : public TrainingEngine,
     bucket_ranges_.clear();
     for (const auto& b : buckets_) bucket_ranges_.push_back(bucket_shards(b.range, shards_));
     lane_ = std::make_unique<CommLane>(buckets_.size());
-    adam_->set_shard(*params_, shards_[static_cast<size_t>(comm_->rank())], comm_);
+    opt_->set_shard(*params_, shards_, comm_);
   }
 
   void set_overlap(bool on) override { overlap_ = on; }
@@ -186,12 +162,7 @@ class CudaEngine final : public TrainingEngine,
     FP4_CHECK(comm_ == nullptr, "compute_gradients is not available with data parallelism");
     const std::string where = "compute_gradients";
     const int64_t total = run_micro_batches(micro_batches, where);
-    if (qadam_)
-      qadam_->queue_norm(*params_, sums_.data());
-    else if (root_)
-      root_->queue_norm(*params_, sums_.data());
-    else
-      adam_->queue_norm(*params_, sums_.data());
+    opt_->queue_norm(*params_, sums_.data());
     return finish(where, total);
   }
 
@@ -276,26 +247,8 @@ class CudaEngine final : public TrainingEngine,
       params_->read_value(i, buf);
       out.push_back(f32_state_tensor(p.info.name, p.info.shape, buf));
     }
-    if (qadam_ || root_) {  // the CPU QAdamW's or RootOptimizer's tensors
-      for (auto& t : qadam_ ? qadam_->save_state(*params_) : root_->save_state(*params_)) out.push_back(std::move(t));
-      append_out_control_state(model_->out_control(), out);  // last, as in the CPU engine
-      return out;
-    }
-    // Each parameter's moments go from the gathered device copy straight into their tensors (no host copy
-    // of the whole moment in between: for olmo2-370m that was 3 GB more to fault in and copy).
-    const DeviceBuffer<float> m = full_moment(0), v = full_moment(1);
-    for (int i = 0; i < params_->size(); ++i) {
-      const auto& p = params_->at(i);
-      for (int which = 0; which < 2; ++which) {
-        StateTensor t{kAdamMomentPrefix[which] + p.info.name, "F32", p.info.shape,
-                      std::vector<uint8_t>(static_cast<size_t>(p.info.numel()) * sizeof(float))};
-        if (!t.bytes.empty())
-          cuda::copy_to_host(t.bytes.data(), (which == 0 ? m : v).data() + p.offset, t.bytes.size(), stream_.get());
-        out.push_back(std::move(t));
-      }
-    }
-    out.push_back(adam_step_tensor(adam_->step_count()));
-    append_out_control_state(model_->out_control(), out);
+    for (auto& t : opt_->save_state(*params_)) out.push_back(std::move(t));  // the CPU optimizer's tensors
+    append_out_control_state(model_->out_control(), out);                   // last, as in the CPU engine
     return out;
   }
 
@@ -304,35 +257,14 @@ class CudaEngine final : public TrainingEngine,
   void load_state(const std::vector<StateTensor>& state) override {
     set_device();
     const StateIndex index(state);
-    if (qadam_ || root_) {
-      std::vector<const StateTensor*> values;
-      for (int i = 0; i < params_->size(); ++i)
-        values.push_back(&index.require(params_->at(i).info.name, "F32", params_->at(i).info.shape));
-      // Each checks all of its tensors before keeping any.
-      qadam_ ? qadam_->load_state(index, *params_) : root_->load_state(index, *params_);
-      for (int i = 0; i < params_->size(); ++i) {
-        const StateTensor* t = values[static_cast<size_t>(i)];
-        params_->write_value(i, {reinterpret_cast<const float*>(t->bytes.data()), t->bytes.size() / sizeof(float)});
-      }
-      if (OutControl* oc = model_->out_control()) oc->load_state(state);
-      return;
-    }
-    const AdamState st = find_adam_state(index, parameters());
-    const auto& values = st.values;
-    const auto& m = st.m;
-    const auto& v = st.v;
-    const int64_t s = st.step;
-    auto as_floats = [](const StateTensor* t) {
-      return std::span<const float>(reinterpret_cast<const float*>(t->bytes.data()),
-                                    t->bytes.size() / sizeof(float));
-    };
+    std::vector<const StateTensor*> values;
+    for (int i = 0; i < params_->size(); ++i)
+      values.push_back(&index.require(params_->at(i).info.name, "F32", params_->at(i).info.shape));
+    opt_->load_state(index, *params_);  // checks all of its tensors before keeping any
     for (int i = 0; i < params_->size(); ++i) {
-      const size_t k = static_cast<size_t>(i);
-      params_->write_value(i, as_floats(values[k]));
-      adam_->write_moment(0, params_->at(i), as_floats(m[k]));
-      adam_->write_moment(1, params_->at(i), as_floats(v[k]));
+      const StateTensor* t = values[static_cast<size_t>(i)];
+      params_->write_value(i, {reinterpret_cast<const float*>(t->bytes.data()), t->bytes.size() / sizeof(float)});
     }
-    adam_->set_step_count(s);
     if (OutControl* oc = model_->out_control()) oc->load_state(state);
   }
 
@@ -365,24 +297,7 @@ class CudaEngine final : public TrainingEngine,
     oc->end_step(step);
   }
 
-  int64_t optimizer_steps() const {
-    return qadam_ ? qadam_->step_count() : root_ ? root_->step_count() : adam_->step_count();
-  }
-
-  // A moment of every element on the device (which = 0: m, 1: v); with data parallelism the shards are
-  // all-gathered (collective).
-  DeviceBuffer<float> full_moment(int which) const {
-    DeviceBuffer<float> full(static_cast<size_t>(params_->numel()));
-    if (params_->numel() == 0) return full;
-    const IndexRange shard = adam_->shard();
-    FP4_CUDA_CHECK(cudaMemsetAsync(full.data(), 0, full.bytes(), stream_.get()));
-    if (shard.size() > 0)
-      FP4_CUDA_CHECK(cudaMemcpyAsync(full.data() + shard.begin, adam_->moment(which),
-                                     static_cast<size_t>(shard.size()) * sizeof(float), cudaMemcpyDeviceToDevice,
-                                     stream_.get()));
-    if (comm_) comm_->all_gather(full.data(), shards_, stream_.get());
-    return full;
-  }
+  int64_t optimizer_steps() const { return opt_->step_count(); }
 
   // Not overlapped: sums the gradients over ranks bucket by bucket in backward order (reduce-scatter
   // to the shard owners), queued on the engine's stream after the whole backward.
@@ -421,7 +336,7 @@ class CudaEngine final : public TrainingEngine,
   // Every rank's updated shard to every rank, then the BF16 copy of the parts this rank did not update.
   void gather_parameters() {
     comm_->all_gather(params_->values(), shards_, stream_.get());
-    const IndexRange mine = adam_->shard();
+    const IndexRange mine = opt_->shard();
     if (mine.begin > 0) cuda::f32_to_bf16(params_->values(), params_->values_bf16(), mine.begin, stream_.get());
     if (mine.end < params_->numel())
       cuda::f32_to_bf16(params_->values() + mine.end, params_->values_bf16() + mine.end, params_->numel() - mine.end,
@@ -466,8 +381,7 @@ class CudaEngine final : public TrainingEngine,
   // when the loss or a gradient is not finite (the update was skipped on the device).
   StepStats finish(const std::string& where, int64_t total) {
     std::vector<double> sumsq;
-    const cuda::StepControl ctl =
-        qadam_ ? qadam_->read_control(sumsq) : root_ ? root_->read_control(sumsq) : adam_->read_control(sumsq);
+    const cuda::StepControl ctl = opt_->read_control(sumsq);
     double sums[2];
     cuda::copy_to_host(sums, sums_.data(), sizeof(sums), stream_.get());
     if (!std::isfinite(sums[0]))
@@ -517,9 +431,7 @@ class CudaEngine final : public TrainingEngine,
   cuda::BatchUploader uploader_;
   DeviceBuffer<double> sums_;  // [loss, ce] of the current step or evaluation
   std::unique_ptr<cuda::DeviceParams> params_;
-  std::unique_ptr<cuda::DeviceAdamW> adam_;    // optimizer = "adamw"
-  std::unique_ptr<cuda::DeviceQAdamW> qadam_;  // optimizer = "q-adamw" (one process)
-  std::unique_ptr<cuda::DeviceRoot> root_;     // optimizer = "root" / "q-root" (one process)
+  std::unique_ptr<cuda::DeviceOptimizer> opt_;  // the recipe's optimizer (cuda::make_device_optimizer)
   std::unique_ptr<cuda::CudaOlmo2> model_;
   Communicator* comm_ = nullptr;  // data parallelism, when set
   std::vector<IndexRange> shards_;
@@ -531,6 +443,14 @@ class CudaEngine final : public TrainingEngine,
 };
 
 }  // namespace
+
+void check_cuda_engine_recipe(const Recipe& recipe) {
+  FP4_CHECK(cuda::is_device_optimizer(recipe.optimizer), "recipe ", recipe.name, ": optimizer = \"",
+            recipe.optimizer, "\" is not available in the CUDA engine (", cuda::device_optimizers(),
+            " only; set the recipe field optimizer)");
+  FP4_CHECK(!recipe.lora_svd.enabled, "recipe ", recipe.name, ": lora_svd (LoRA-SVD projections) runs on the ",
+            "CPU engine only so far; use the cpu device or set lora_svd.enabled=false");
+}
 
 std::unique_ptr<TrainingEngine> make_cuda_engine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed,
                                                  int device) {

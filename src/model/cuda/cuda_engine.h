@@ -28,6 +28,11 @@ namespace fp4 {
 std::unique_ptr<TrainingEngine> make_cuda_engine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed,
                                                  int device = 0);
 
+// The one place that refuses, naming the feature, what of a recipe the CUDA engine cannot run (an unknown
+// optimizer; Q-Attn and LoRA-SVD until their kernels exist). make_cuda_engine calls it before touching the
+// device; throws fp4::Error.
+void check_cuda_engine_recipe(const Recipe& recipe);
+
 // Extra entry points of the CUDA engine for tests and reference tools:
 // dynamic_cast<GradientProbe*>(engine.get()).
 class GradientProbe {

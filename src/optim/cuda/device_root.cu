@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "model/cuda/device_root.h"
-#include "model/engine_common.h"
+#include "optim/cuda/device_root.h"
+#include "core/state_tensor.h"
 #include "optim/adamw.h"
 #include "optim/root_optimizer.h"
 

@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "model/cuda/device_adamw.h"
+#include "optim/cuda/device_adamw.h"
 #include "optim/adamw.h"
 
 namespace fp4::cuda {

@@ -1,7 +1,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "model/cuda/device_q_adamw.h"
+#include "optim/cuda/device_q_adamw.h"
 #include "optim/adamw.h"
 #include "optim/q_adamw.h"
 #include "optim/q_adamw_keys.h"

@@ -11,7 +11,10 @@
 
 #include "core/communicator.h"
 #include "nn/cuda/device_params.h"
-#include "model/engine.h"
+#include "core/step_types.h"
+#include "core/state_tensor.h"
+#include "core/parameter_info.h"
+#include "core/index_range.h"
 #include "optim/cuda/adamw_cuda.h"
 
 namespace fp4::cuda {

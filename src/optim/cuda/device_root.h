@@ -15,8 +15,11 @@
 #include <vector>
 
 #include "nn/cuda/device_params.h"
-#include "model/engine.h"
-#include "model/state_index.h"
+#include "core/step_types.h"
+#include "core/state_tensor.h"
+#include "core/parameter_info.h"
+#include "core/index_range.h"
+#include "core/state_index.h"
 #include "optim/cuda/adamw_cuda.h"
 #include "optim/cuda/root_cuda.h"
 #include "optim/root.h"
