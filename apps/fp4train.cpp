@@ -84,6 +84,7 @@ void add_sample(CLI::App& app, fp4::SampleArgs& a) {
   cmd->add_option("--seed", a.seed, "random seed of the sampler");
   cmd->add_option("--device", a.device, "cpu or cuda (default: the device the run trained on)");
   cmd->add_option("--tokenizer", a.tokenizer, "tokenizer spec (default: the run's)");
+  cmd->add_option("--ids-out", a.ids_out, "also write the prompt's and the generated token ids there (JSON)");
 }
 
 void add_export(CLI::App& app, fp4::ExportArgs& a) {

@@ -1,6 +1,7 @@
 #include "train/commands.h"
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "data/loader.h"
@@ -12,6 +13,7 @@
 #include "train/checkpoint.h"
 #include "train/engine_factory.h"
 #include "train/evaluate.h"
+#include "train/file_io.h"
 #include "train/metrics.h"
 #include "train/sample.h"
 
@@ -148,6 +150,8 @@ std::string sample_command(const SampleArgs& args) {
     std::fflush(stdout);
   });
   std::fputs("\n", stdout);
+  if (!args.ids_out.empty())  // for comparisons with other implementations (check_export_transformers.py)
+    write_file_synced(args.ids_out, nlohmann::json{{"prompt", prompt}, {"generated", ids}}.dump() + "\n");
   std::vector<int32_t> text_ids;
   for (int32_t id : ids)
     if (id != tok->eot_id()) text_ids.push_back(id);
