@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <array>
 #include <cstdlib>
 #include <exception>
 #include <string>
@@ -152,6 +153,34 @@ void add_launch(CLI::App& app, fp4::LaunchOptions& a) {
   cmd->add_option("command", a.command, "the command each rank runs, after --")->required();
 }
 
+// The default job (no subcommand): the tiny model of configs/runs/tiny.toml trained twice on the CPU, in
+// BF16 and with an NVFP4 recipe, then the comparison table and the loss picture, so a first run shows what
+// fp4train is for. A second call resumes the finished runs (nothing to train) and reports again.
+constexpr const char* kDefaultJobDir = "runs/first";
+constexpr std::array<const char*, 2> kDefaultJobRecipes = {"bf16", "tetrajet-v2-base"};
+// Shorter than tiny.toml's 400 steps: the NVFP4 recipe is emulated in FP32 on the CPU (about 7x BF16's step).
+const std::vector<std::string> kDefaultJobSets = {"train.steps=120", "optim.warmup=12", "train.eval_every=40",
+                                                  "train.ckpt_every=120"};
+
+int run_default_job() {
+  ReportArgs report;
+  for (const char* recipe : kDefaultJobRecipes) {
+    fp4::TrainArgs args;
+    args.recipe = recipe;
+    args.sets = kDefaultJobSets;
+    args.out = std::string(kDefaultJobDir) + "/" + recipe;
+    std::fprintf(stderr, "default job: the tiny model with recipe %s -> %s\n", recipe, args.out.c_str());
+    std::fflush(stdout);
+    if (const auto r = fp4::train_command(args); r.stop_signal != 0) return 128 + r.stop_signal;
+    report.runs.push_back(args.out);
+  }
+  report.svg = std::string(kDefaultJobDir) + "/loss_curves.svg";
+  report.options.title = "fp4train default job: tiny model, BF16 vs NVFP4 (CPU)";
+  std::printf("\n");
+  report_command(report);
+  return 0;
+}
+
 }  // namespace
 
 namespace {
@@ -177,7 +206,8 @@ int main(int argc, char** argv) {
 #endif
   CLI::App app{
       "fp4train: fully quantized NVFP4 LLM pretraining (OLMo-2 models).\n"
-      "Without a subcommand, trains the tiny model on the CPU (same as `fp4train train`)."};
+      "Without a subcommand, runs the default job: the tiny model trained on the CPU in BF16 and with NVFP4\n"
+      "(tetrajet-v2-base) into runs/first/, then the comparison table and runs/first/loss_curves.svg."};
   app.require_subcommand(0, 1);
   fp4::TrainArgs train;
   fp4::PrepareArgs prepare;
@@ -211,6 +241,8 @@ int main(int argc, char** argv) {
       report_command(report);
     else if (app.got_subcommand("launch"))
       return fp4::launch_local(launch);
+    else if (!app.got_subcommand("train"))
+      return run_default_job();
     else if (const auto r = fp4::train_command(train); r.stop_signal != 0)
       return 128 + r.stop_signal;  // the shell convention for "ended by signal N"
   } catch (const fp4::Error& e) {
