@@ -59,7 +59,8 @@ void add_prepare(CLI::App& app, fp4::PrepareArgs& a) {
 }
 
 void add_eval(CLI::App& app, fp4::EvalArgs& a) {
-  auto* cmd = app.add_subcommand("eval", "validation loss and perplexity of a checkpoint");
+  auto* cmd = app.add_subcommand(
+      "eval", "validation loss and perplexity of a checkpoint, per held-out source, and zero-shot tasks");
   cmd->option_defaults()->always_capture_default();  // show defaults in --help
   cmd->add_option("--checkpoint", a.checkpoint, "checkpoint directory, or a run directory (its latest)")
       ->required();
@@ -68,6 +69,13 @@ void add_eval(CLI::App& app, fp4::EvalArgs& a) {
                   "N batches of windows spread evenly over the split (0: every window)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", a.device, "cpu or cuda (default: the device the run trained on)");
+  cmd->add_option("--source-windows", a.source_windows,
+                  "windows of data.seq tokens scored per held-out source (0: all of it)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--zero-shot-items", a.zero_shot_items,
+                  "items per held-out source of each zero-shot task (0: no zero-shot tasks)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--json", a.json_out, "where to write eval.json (default: the run directory)");
 }
 
 void add_sample(CLI::App& app, fp4::SampleArgs& a) {
