@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "dist/launcher.h"
 #include "ops/ops.h"
+#include "report/eval_table.h"
 #include "report/report.h"
 #include "report/seeds.h"
 #include "train/commands.h"
@@ -142,6 +143,9 @@ void report_command(ReportArgs& a) {
   for (const auto& r : a.runs) runs.push_back(fp4::summarize_run(r));
   a.options.svg_path = a.svg;
   std::fputs(fp4::write_report(runs, a.options).c_str(), stdout);
+  std::vector<std::string> labels;
+  for (const auto& r : runs) labels.push_back(r.label);
+  std::fputs(fp4::eval_suite_table(a.runs, labels).c_str(), stdout);  // runs with an eval.json
   for (const auto& note : fp4::seed_notes(runs)) std::fprintf(stderr, "note: %s\n", note.c_str());
   std::fprintf(stderr, "loss curves written to %s (gaps to %s: %s)\n", a.svg.c_str(), a.options.baseline.c_str(),
                fp4::gap_svg_path(a.svg).string().c_str());
