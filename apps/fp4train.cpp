@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <array>
 #include <cstdlib>
 #include <exception>
 #include <string>
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "dist/launcher.h"
 #include "ops/ops.h"
+#include "report/eval_table.h"
 #include "report/report.h"
 #include "report/seeds.h"
 #include "train/commands.h"
@@ -58,7 +60,8 @@ void add_prepare(CLI::App& app, fp4::PrepareArgs& a) {
 }
 
 void add_eval(CLI::App& app, fp4::EvalArgs& a) {
-  auto* cmd = app.add_subcommand("eval", "validation loss and perplexity of a checkpoint");
+  auto* cmd = app.add_subcommand(
+      "eval", "validation loss and perplexity of a checkpoint, per held-out source, and zero-shot tasks");
   cmd->option_defaults()->always_capture_default();  // show defaults in --help
   cmd->add_option("--checkpoint", a.checkpoint, "checkpoint directory, or a run directory (its latest)")
       ->required();
@@ -67,6 +70,13 @@ void add_eval(CLI::App& app, fp4::EvalArgs& a) {
                   "N batches of windows spread evenly over the split (0: every window)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", a.device, "cpu or cuda (default: the device the run trained on)");
+  cmd->add_option("--source-windows", a.source_windows,
+                  "windows of data.seq tokens scored per held-out source (0: all of it)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--zero-shot-items", a.zero_shot_items,
+                  "items per held-out source of each zero-shot task (0: no zero-shot tasks)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--json", a.json_out, "where to write eval.json (default: the run directory)");
 }
 
 void add_sample(CLI::App& app, fp4::SampleArgs& a) {
@@ -84,6 +94,7 @@ void add_sample(CLI::App& app, fp4::SampleArgs& a) {
   cmd->add_option("--seed", a.seed, "random seed of the sampler");
   cmd->add_option("--device", a.device, "cpu or cuda (default: the device the run trained on)");
   cmd->add_option("--tokenizer", a.tokenizer, "tokenizer spec (default: the run's)");
+  cmd->add_option("--ids-out", a.ids_out, "also write the prompt's and the generated token ids there (JSON)");
 }
 
 void add_export(CLI::App& app, fp4::ExportArgs& a) {
@@ -132,6 +143,9 @@ void report_command(ReportArgs& a) {
   for (const auto& r : a.runs) runs.push_back(fp4::summarize_run(r));
   a.options.svg_path = a.svg;
   std::fputs(fp4::write_report(runs, a.options).c_str(), stdout);
+  std::vector<std::string> labels;
+  for (const auto& r : runs) labels.push_back(r.label);
+  std::fputs(fp4::eval_suite_table(a.runs, labels).c_str(), stdout);  // runs with an eval.json
   for (const auto& note : fp4::seed_notes(runs)) std::fprintf(stderr, "note: %s\n", note.c_str());
   std::fprintf(stderr, "loss curves written to %s (gaps to %s: %s)\n", a.svg.c_str(), a.options.baseline.c_str(),
                fp4::gap_svg_path(a.svg).string().c_str());
@@ -149,6 +163,34 @@ void add_launch(CLI::App& app, fp4::LaunchOptions& a) {
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
   cmd->add_option("command", a.command, "the command each rank runs, after --")->required();
+}
+
+// The default job (no subcommand): the tiny model of configs/runs/tiny.toml trained twice on the CPU, in
+// BF16 and with an NVFP4 recipe, then the comparison table and the loss picture, so a first run shows what
+// fp4train is for. A second call resumes the finished runs (nothing to train) and reports again.
+constexpr const char* kDefaultJobDir = "runs/first";
+constexpr std::array<const char*, 2> kDefaultJobRecipes = {"bf16", "tetrajet-v2-base"};
+// Shorter than tiny.toml's 400 steps: the NVFP4 recipe is emulated in FP32 on the CPU (about 7x BF16's step).
+const std::vector<std::string> kDefaultJobSets = {"train.steps=120", "optim.warmup=12", "train.eval_every=40",
+                                                  "train.ckpt_every=120"};
+
+int run_default_job() {
+  ReportArgs report;
+  for (const char* recipe : kDefaultJobRecipes) {
+    fp4::TrainArgs args;
+    args.recipe = recipe;
+    args.sets = kDefaultJobSets;
+    args.out = std::string(kDefaultJobDir) + "/" + recipe;
+    std::fprintf(stderr, "default job: the tiny model with recipe %s -> %s\n", recipe, args.out.c_str());
+    std::fflush(stdout);
+    if (const auto r = fp4::train_command(args); r.stop_signal != 0) return 128 + r.stop_signal;
+    report.runs.push_back(args.out);
+  }
+  report.svg = std::string(kDefaultJobDir) + "/loss_curves.svg";
+  report.options.title = "fp4train default job: tiny model, BF16 vs NVFP4 (CPU)";
+  std::printf("\n");
+  report_command(report);
+  return 0;
 }
 
 }  // namespace
@@ -176,7 +218,8 @@ int main(int argc, char** argv) {
 #endif
   CLI::App app{
       "fp4train: fully quantized NVFP4 LLM pretraining (OLMo-2 models).\n"
-      "Without a subcommand, trains the tiny model on the CPU (same as `fp4train train`)."};
+      "Without a subcommand, runs the default job: the tiny model trained on the CPU in BF16 and with NVFP4\n"
+      "(tetrajet-v2-base) into runs/first/, then the comparison table and runs/first/loss_curves.svg."};
   app.require_subcommand(0, 1);
   fp4::TrainArgs train;
   fp4::PrepareArgs prepare;
@@ -210,6 +253,8 @@ int main(int argc, char** argv) {
       report_command(report);
     else if (app.got_subcommand("launch"))
       return fp4::launch_local(launch);
+    else if (!app.got_subcommand("train"))
+      return run_default_job();
     else if (const auto r = fp4::train_command(train); r.stop_signal != 0)
       return 128 + r.stop_signal;  // the shell convention for "ended by signal N"
   } catch (const fp4::Error& e) {

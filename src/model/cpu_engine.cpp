@@ -129,7 +129,7 @@ class CpuEngine final : public TrainingEngine, public OutControlSource {
 
   StepStats evaluate(const Batch& batch) override {
     check_batch(batch, config(), "evaluate");
-    model_.forward(batch.tokens.data(), batch.batch, batch.seq);
+    model_.forward(batch.tokens.data(), batch.batch, batch.seq, ForwardMode::kInference);
     const auto s = model_.loss(batch.targets.data(), false, 0.0f);
     StepStats stats;
     stats.tokens = s.tokens;
@@ -143,7 +143,7 @@ class CpuEngine final : public TrainingEngine, public OutControlSource {
               "last_logits: ", batch.tokens.size(), " tokens for shape ", batch.batch, " x ", batch.seq);
     const size_t need = static_cast<size_t>(batch.batch) * static_cast<size_t>(config().vocab_size);
     FP4_CHECK(out.size() == need, "last_logits: output holds ", out.size(), " floats, need ", need);
-    model_.forward(batch.tokens.data(), batch.batch, batch.seq);
+    model_.forward(batch.tokens.data(), batch.batch, batch.seq, ForwardMode::kInference);
     model_.last_logits(out.data());
   }
 

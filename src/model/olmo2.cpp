@@ -62,7 +62,7 @@ void Olmo2Model::resize(int b, int t) {
   ws_.resize(cfg_, b, t);
 }
 
-void Olmo2Model::forward(const int32_t* tokens, int b, int t) {
+void Olmo2Model::forward(const int32_t* tokens, int b, int t, ForwardMode mode) {
   FP4_CHECK(b > 0 && t > 0, "forward: empty batch ", b, " x ", t);
   FP4_CHECK(t <= cfg_.max_seq_len, "forward: sequence length ", t, " exceeds max_seq_len ", cfg_.max_seq_len,
             " of model ", cfg_.name);
@@ -71,6 +71,7 @@ void Olmo2Model::forward(const int32_t* tokens, int b, int t) {
     FP4_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size, "forward: token ", tokens[i], " at position ", i,
               " is outside the embedding table (", cfg_.vocab_size, " rows)");
   resize(b, t);
+  quant_ctx_.inference = mode == ForwardMode::kInference;
   std::copy(tokens, tokens + n, tokens_.begin());
   const int d = cfg_.d_model;
   cpu::embedding_forward(residual_[0].data(), tokens_.data(), params_.value(embed_).data(), n, d);

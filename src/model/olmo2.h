@@ -42,7 +42,9 @@ class Olmo2Model {
   LoraSvd* lora_svd() { return lora_svd_.get(); }
 
   // Forward through the final norm for tokens [b][t] (checked against the vocabulary and max_seq_len).
-  void forward(const int32_t* tokens, int b, int t);
+  // An inference forward (evaluation, generation) builds no backward operands, so backward() is refused
+  // after it and any t runs with any recipe; its outputs equal a training forward's.
+  void forward(const int32_t* tokens, int b, int t, ForwardMode mode = ForwardMode::kTraining);
 
   // LM head + cross-entropy over the forward's positions. With backward, the LM head's gradient and
   // the gradient at the final norm's output are computed on the way (chunk by chunk, so the logits

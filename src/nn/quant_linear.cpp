@@ -58,6 +58,14 @@ void QuantLinearCpu::forward(const float* x, const float* w, float* y, int n, co
   const std::vector<float> x_hat = xq.values();
   const std::vector<float> w_hat = wq.values();
   cpu::gemm(false, true, n, out_, in_, 1.0f, x_hat.data(), in_, w_hat.data(), in_, 0.0f, y, out_);
+  if (keep_forward_values_) {
+    x_hat_ = x_hat;
+    w_hat_ = w_hat;
+  }
+  if (ctx.inference) {
+    drop_backward_operands();
+    return;
+  }
 
   // Backward operands, produced now so that neither X nor W is kept in high precision.
   const std::string q4name = "linear " + name_ + " W^T", q6name = "linear " + name_ + " X^T";
@@ -75,14 +83,18 @@ void QuantLinearCpu::forward(const float* x, const float* w, float* y, int n, co
     q6_ = QuantOperand(src.data(), in_, n, q6,
                        randomness(ctx, QuantPurpose::kSrQ6, QuantPurpose::kRhtDw, q6.rht_n), q6name.c_str());
   }
-  if (keep_forward_values_) {
-    x_hat_ = x_hat;
-    w_hat_ = w_hat;
-  }
+}
+
+void QuantLinearCpu::drop_backward_operands() {
+  q4_ = QuantOperand();
+  q6_ = QuantOperand();
+  x8t_ = Mxfp8Tensor();
+  saved_n_ = -1;  // backward() refuses until the next training forward
 }
 
 void QuantLinearCpu::backward(const float* dy, float* dx, float* dw, int n, bool accumulate_dx) {
-  FP4_CHECK(saved_n_ == n, "linear ", name_, ": backward over ", n, " rows without a matching forward");
+  FP4_CHECK(saved_n_ == n, "linear ", name_, ": backward over ", n,
+            " rows without a matching training forward (an inference forward keeps no backward operands)");
   const auto& q3 = policy_[Operand::kQ3dY];
   const auto& q4 = policy_[Operand::kQ4Wt];
   const auto& q5 = policy_[Operand::kQ5dYt];

@@ -13,6 +13,10 @@ namespace fp4 {
 
 class LoraSvd;
 
+// What a model forward is for: training (the layers keep their backward operands) or inference
+// (evaluation, generation: they keep none, see QuantContext::inference).
+enum class ForwardMode { kTraining, kInference };
+
 // Where a layer's random bits come from: the run seed, the layer's id and a call counter that the engine
 // advances once per forward (per micro-batch), so a resumed run draws the same bits.
 struct QuantContext {
@@ -20,6 +24,10 @@ struct QuantContext {
   uint64_t call = 0;
   OutControl* out_control = nullptr;  // the model's OutControl registry, when the recipe enables it
   LoraSvd* lora_svd = nullptr;        // the model's LoRA-SVD registry, when the recipe enables it
+  // The forward serves evaluation or generation: layers build no backward operands (Q4, Q6 and the split's
+  // MXFP8 X^T, whose quantization along tokens needs whole blocks of rows), so any sequence length runs;
+  // a backward after such a forward is refused.
+  bool inference = false;
 };
 
 // RNG purposes inside one call of one layer.
@@ -35,7 +43,7 @@ class QuantLinearCpu {
   QuantLinearCpu(const LinearPolicy& policy, int in_features, int out_features, uint32_t layer_id,
                  std::string name);
 
-  // y [n x out] = Q1(x) Q2(w)^T with w [out x in]. Saves the backward operands.
+  // y [n x out] = Q1(x) Q2(w)^T with w [out x in]. Saves the backward operands unless ctx.inference.
   void forward(const float* x, const float* w, float* y, int n, const QuantContext& ctx);
   // dx [n x in] (= or += when accumulate_dx), dw [out x in] += ... for the last forward.
   void backward(const float* dy, float* dx, float* dw, int n, bool accumulate_dx);
@@ -70,6 +78,12 @@ class QuantLinearCpu {
   // assembled W^, dW per channel set.
   void forward_split(const float* x, const float* w, float* y, int n, const QuantContext& ctx);
   void backward_split_dw(const float* dy, float* dw, int n);
+  // The split forward's backward operands: Q4 of the assembled W^, Q6 over C4, the MXFP8 X^T over C8.
+  void build_split_backward_operands(const std::vector<float>& x4, const std::vector<float>& x4_hat,
+                                     const std::vector<float>& x8_hat, const std::vector<float>& w_hat,
+                                     const float* w, int n, const QuantContext& ctx);
+  // After an inference forward: frees the previous training forward's operands and refuses backward().
+  void drop_backward_operands();
 
   LinearPolicy policy_;
   int in_, out_;

@@ -96,6 +96,29 @@ void QuantLinearCpu::forward_split(const float* x, const float* w, float* y, int
   std::vector<float> w_hat(static_cast<size_t>(out_) * in_);
   scatter_columns(w4_hat.data(), p4, w_hat.data(), out_, in_, c4, false);
   scatter_columns(w8_hat.data(), p8, w_hat.data(), out_, in_, c8, false);
+  if (ctx.inference) {
+    drop_backward_operands();
+  } else {
+    build_split_backward_operands(x4, x4_hat, x8_hat, w_hat, w, n, ctx);
+  }
+  if (keep_forward_values_) {
+    x_hat_.assign(static_cast<size_t>(n) * in_, 0.0f);
+    scatter_columns(x4_hat.data(), p4, x_hat_.data(), n, in_, c4, false);
+    scatter_columns(x8_hat.data(), p8, x_hat_.data(), n, in_, c8, false);
+    w_hat_ = w_hat;
+  }
+}
+
+void QuantLinearCpu::build_split_backward_operands(const std::vector<float>& x4,
+                                                   const std::vector<float>& x4_hat,
+                                                   const std::vector<float>& x8_hat,
+                                                   const std::vector<float>& w_hat, const float* w, int n,
+                                                   const QuantContext& ctx) {
+  const auto& q4 = policy_[Operand::kQ4Wt];
+  const auto& q6 = policy_[Operand::kQ6Xt];
+  const auto k4 = static_cast<int64_t>(channels_->c4().size()),
+             k8 = static_cast<int64_t>(channels_->c8().size());
+  const int64_t p4 = round_up(k4, 128), p8 = round_up(k8, kMxfp8Block);
   const std::string q4name = "linear " + name_ + " W^T", q6name = "linear " + name_ + " X[:, C4]^T";
   {
     const std::vector<float> src =
@@ -115,12 +138,6 @@ void QuantLinearCpu::forward_split(const float* x, const float* w, float* y, int
   // dW[:, C8]'s X operand: the forward's FP8 values, re-quantized along n.
   const std::vector<float> x8t = transposed(x8_hat.data(), n, p8);  // [p8 x n]; rows k8.. are zero
   x8t_ = mx8_padded(x8t.data(), k8, n);
-  if (keep_forward_values_) {
-    x_hat_.assign(static_cast<size_t>(n) * in_, 0.0f);
-    scatter_columns(x4_hat.data(), p4, x_hat_.data(), n, in_, c4, false);
-    scatter_columns(x8_hat.data(), p8, x_hat_.data(), n, in_, c8, false);
-    w_hat_ = w_hat;
-  }
 }
 
 void QuantLinearCpu::backward_split_dw(const float* dy, float* dw, int n) {

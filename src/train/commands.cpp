@@ -1,6 +1,7 @@
 #include "train/commands.h"
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "data/loader.h"
@@ -11,7 +12,9 @@
 #include "recipe/recipe_io.h"
 #include "train/checkpoint.h"
 #include "train/engine_factory.h"
+#include "train/eval_suite.h"
 #include "train/evaluate.h"
+#include "train/file_io.h"
 #include "train/metrics.h"
 #include "train/sample.h"
 
@@ -101,6 +104,39 @@ LoadedModel load_model(const fs::path& path, const std::string& device) {
   return m;
 }
 
+namespace {
+
+// Per-source losses and the zero-shot tasks from the manifest's held-out files, printed and written as
+// eval.json (the run directory's unless --json names another file).
+void eval_suite(LoadedModel& m, const Manifest& manifest, const EvalArgs& args, const EvalResult& pooled) {
+  std::vector<std::string> missing;
+  const auto sources = read_held_out_sources(manifest.val_inputs, &missing);
+  for (const auto& f : missing)
+    std::fprintf(stderr, "note: held-out file %s is not here: no per-source result for it\n", f.c_str());
+  const auto tok = load_tokenizer(manifest.tokenizer);
+  const int seq = m.config.data.seq;
+  const auto per_source = per_source_loss(*m.engine, *tok, sources, m.config.data.batch, seq, args.source_windows);
+  for (const auto& s : per_source)
+    std::printf("  source %-32s loss %.4f | ppl %9.3f | %lld tokens\n", s.name.c_str(), s.loss, s.perplexity,
+                static_cast<long long>(s.tokens));
+  std::vector<ZeroShotResult> tasks;
+  if (args.zero_shot_items > 0)
+    for (const auto& task : build_zero_shot_tasks(*tok, sources, args.zero_shot_items, seq * 3 / 4, seq)) {
+      tasks.push_back(score_zero_shot(*m.engine, task));
+      std::printf("  zero-shot %-14s %4lld items | accuracy %.3f\n", task.name.c_str(),
+                  static_cast<long long>(tasks.back().items), tasks.back().accuracy());
+    }
+  fs::path out = args.json_out;
+  if (out.empty()) out = m.checkpoint.parent_path().parent_path() / "eval.json";  // <run>/checkpoints/step_N
+  write_file_synced(out, eval_suite_json(m.checkpoint.string(), pooled.loss, pooled.perplexity, pooled.tokens,
+                                         per_source, tasks)
+                             .dump(2) +
+                         "\n");
+  std::fprintf(stderr, "wrote %s\n", out.string().c_str());
+}
+
+}  // namespace
+
 EvalResult eval_command(const EvalArgs& args) {
   LoadedModel m = load_model(args.checkpoint, args.device);
   LoaderOptions o;
@@ -119,6 +155,7 @@ EvalResult eval_command(const EvalArgs& args) {
   const EvalResult r = evaluate_split(*m.engine, loader, 0);
   std::printf("val loss %.4f | val ppl %.3f | %lld tokens\n", r.loss, r.perplexity,
               static_cast<long long>(r.tokens));
+  eval_suite(m, manifest, args, r);
   return r;
 }
 
@@ -148,6 +185,8 @@ std::string sample_command(const SampleArgs& args) {
     std::fflush(stdout);
   });
   std::fputs("\n", stdout);
+  if (!args.ids_out.empty())  // for comparisons with other implementations (check_export_transformers.py)
+    write_file_synced(args.ids_out, nlohmann::json{{"prompt", prompt}, {"generated", ids}}.dump() + "\n");
   std::vector<int32_t> text_ids;
   for (int32_t id : ids)
     if (id != tok->eot_id()) text_ids.push_back(id);

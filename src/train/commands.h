@@ -55,6 +55,11 @@ struct EvalArgs {
   std::string data;     // prepared directory; empty: the run's validation directory
   int64_t batches = 0;  // batches of windows spread evenly over the split; 0: every window
   std::string device;
+  // The suite from the held-out text (train/eval_suite.h): windows per source (0: all), zero-shot items
+  // per source and task (0: no zero-shot tasks), and where eval.json goes (empty: the run directory).
+  int64_t source_windows = 16;
+  int zero_shot_items = 20;
+  std::filesystem::path json_out;
 };
 EvalResult eval_command(const EvalArgs& args);
 
@@ -67,6 +72,7 @@ struct SampleArgs {
   uint64_t seed = 1;
   std::string device;
   std::string tokenizer;  // empty: the run's tokenizer (data.tokenizer, else its data manifest's)
+  std::filesystem::path ids_out;  // when set: {"prompt": [ids], "generated": [ids]} written there as JSON
 };
 // Prints the prompt and the generated text on stdout as it is produced; returns the generated text.
 std::string sample_command(const SampleArgs& args);

@@ -16,6 +16,7 @@
 #include "numerics/formats.h"
 #include "recipe/recipe_io.h"
 #include "train/checkpoint.h"
+#include "train/export_hf_tokenizer.h"
 #include "train/file_io.h"
 #include "train/run_config.h"
 #include "train/safetensors.h"
@@ -245,90 +246,6 @@ fs::path resolve_checkpoint(const fs::path& path) {
   return *latest;
 }
 
-fs::path first_present(const fs::path& dir, std::initializer_list<const char*> names) {
-  for (const char* n : names)
-    if (fs::is_regular_file(dir / n)) return dir / n;
-  return {};
-}
-
-struct TokenizerExport {
-  std::vector<std::pair<std::string, std::string>> files;  // name -> content
-  int eot = 0;
-  std::string note;
-};
-
-nlohmann::json tokenizer_config(const std::string& cls, const std::string& eot, const ModelConfig& cfg) {
-  return {{"tokenizer_class", cls},
-          {"bos_token", eot},
-          {"eos_token", eot},
-          {"unk_token", eot},
-          {"add_bos_token", false},
-          {"add_prefix_space", false},
-          {"errors", "replace"},
-          {"model_max_length", cfg.max_seq_len},
-          {"clean_up_tokenization_spaces", false}};
-}
-
-// GPT-2 files as transformers' GPT2Tokenizer reads them: it drops the first and the last line of
-// merges.txt (a "#version" header and the empty string after the final newline), and needs the
-// end-of-text token in vocab.json (our tokenizer gives it the next id when the file lacks it).
-std::vector<std::pair<std::string, std::string>> gpt2_files(const fs::path& vocab, const fs::path& merges,
-                                                            const std::string& eot, int eot_id) {
-  std::string vocab_text = read_file(vocab);
-  nlohmann::json v;
-  try {
-    v = nlohmann::json::parse(vocab_text);
-  } catch (const nlohmann::json::exception& e) {
-    FP4_THROW(vocab.string(), " is not valid JSON: ", e.what());
-  }
-  if (!v.contains(eot)) {
-    v[eot] = eot_id;
-    vocab_text = v.dump();
-  }
-  std::string merges_text = read_file(merges);
-  if (!merges_text.starts_with("#version")) merges_text = "#version: 0.2\n" + merges_text;
-  if (!merges_text.ends_with('\n')) merges_text += '\n';
-  return {{"vocab.json", vocab_text}, {"merges.txt", merges_text}};
-}
-
-TokenizerExport tokenizer_export(const std::string& spec, const ModelConfig& cfg) {
-  std::unique_ptr<Tokenizer> tok;
-  try {
-    tok = load_tokenizer(spec);
-  } catch (const Error& e) {
-    FP4_THROW("export: the run's tokenizer cannot be loaded (", e.what(),
-              "); pass --tokenizer with its location here");
-  }
-  FP4_CHECK(tok->vocab_size() <= cfg.vocab_real, "export: tokenizer ", spec, " has ", tok->vocab_size(),
-            " ids but the model only ", cfg.vocab_real, " (model.vocab_real)");
-  TokenizerExport t;
-  t.eot = tok->eot_id();
-  if (spec == "bytes") {
-    t.note =
-        "tokenizer 'bytes' (ids 0-255 are the bytes, 256 is end-of-text) has no Hugging Face "
-        "tokenizer class: no tokenizer files written; the ids of a text are its UTF-8 bytes";
-    return t;
-  }
-  const std::string eot = tok->token_bytes(t.eot);
-  const fs::path p(spec);
-  fs::path hf_json = p.extension() == ".json" && !fs::is_directory(p) ? p : fs::path();
-  if (fs::is_directory(p)) {
-    const fs::path vocab = first_present(p, {"encoder.json", "vocab.json"});
-    const fs::path merges = first_present(p, {"vocab.bpe", "merges.txt"});
-    if (!vocab.empty() && !merges.empty()) {
-      t.files = gpt2_files(vocab, merges, eot, t.eot);
-      t.files.emplace_back("tokenizer_config.json",
-                           tokenizer_config("GPT2Tokenizer", eot, cfg).dump(2) + "\n");
-      return t;
-    }
-    hf_json = first_present(p, {"tokenizer.json"});
-  }
-  FP4_CHECK(!hf_json.empty(), "export: tokenizer ", spec, " names no tokenizer files");
-  t.files = {{"tokenizer.json", read_file(hf_json)},
-             {"tokenizer_config.json", tokenizer_config("PreTrainedTokenizerFast", eot, cfg).dump(2) + "\n"}};
-  return t;
-}
-
 bool non_empty_dir(const fs::path& p) {
   return fs::is_directory(p) && !fs::is_empty(p);
 }
@@ -412,8 +329,7 @@ ExportResult export_command(const ExportArgs& args) {
       dtype, model_file);
   std::string spec = args.tokenizer.empty() ? config.data.tokenizer : args.tokenizer;
   if (spec.empty()) spec = read_manifest(config.data.train_dir).tokenizer;
-  const TokenizerExport tok = tokenizer_export(spec, cfg);
-  if (!tok.note.empty()) r.notes.push_back(tok.note);
+  const HfTokenizerFiles tok = hf_tokenizer_files(spec, cfg);
   const HfTokenIds ids{tok.eot, tok.eot};
 
   std::vector<std::pair<std::string, std::string>> texts = tok.files;

@@ -176,7 +176,7 @@ class CudaEngine final : public TrainingEngine,
     check_batch(batch, cfg_, "evaluate", true);
     const auto up = uploader_.upload({&batch, 1}, true, false);
     FP4_CUDA_CHECK(cudaMemsetAsync(sums_.data(), 0, sums_.bytes(), stream_.get()));
-    model_->forward(up[0]);
+    model_->forward(up[0], ForwardMode::kInference);
     model_->loss(up[0], false, 0.0f, sums_.data());
     double sums[2];
     cuda::copy_to_host(sums, sums_.data(), sizeof(sums), stream_.get());
@@ -192,7 +192,7 @@ class CudaEngine final : public TrainingEngine,
     const size_t need = static_cast<size_t>(batch.batch) * static_cast<size_t>(cfg_.vocab_size);
     FP4_CHECK(out.size() == need, "last_logits: output holds ", out.size(), " floats, need ", need);
     const auto up = uploader_.upload({&batch, 1}, false, false);
-    model_->forward(up[0]);
+    model_->forward(up[0], ForwardMode::kInference);
     model_->last_logits(out);
   }
 

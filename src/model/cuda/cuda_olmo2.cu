@@ -185,7 +185,7 @@ void CudaOlmo2::run_attention_backward(int l, const LayerActivations& la) {
                          3 * d, acts_->b, acts_->t, h, hd, scale, acts_->attn_workspace, stream_);
 }
 
-void CudaOlmo2::forward(const DeviceBatch& batch) {
+void CudaOlmo2::forward(const DeviceBatch& batch, ForwardMode mode) {
   FP4_CHECK(batch.t <= cfg_.max_seq_len, "forward: sequence length ", batch.t, " exceeds max_seq_len ",
             cfg_.max_seq_len, " of model ", cfg_.name);
   const ArenaNeeds needs{attention_workspace_bytes(batch.b, batch.t),
@@ -195,6 +195,7 @@ void CudaOlmo2::forward(const DeviceBatch& batch) {
   for (auto& bp : blocks_)
     for (LinearCuda* lin : bp.linears())
       lin->lend_workspace(acts_->linear_workspace, acts_->linear_workspace_bytes);
+  quant_ctx_.inference = mode == ForwardMode::kInference;
   const int n = acts_->n, d = cfg_.d_model;
   embedding_forward(batch.tokens, params_.value(embed_), acts_->res, acts_->layers[0].x, n, d, stream_);
   for (int l = 0; l < cfg_.n_layers; ++l) block_forward(l);

@@ -31,8 +31,10 @@ class CudaOlmo2 {
   CudaOlmo2(const ModelConfig& cfg, const Recipe& recipe, DeviceParams& params, GemmRunner& gemm,
             cudaStream_t stream);
 
-  // Forward through the final norm (sizes the activation arena for the batch's shape).
-  void forward(const DeviceBatch& batch);
+  // Forward through the final norm (sizes the activation arena for the batch's shape). An inference
+  // forward (evaluation, generation) builds no backward operands: backward() is refused after it and any
+  // sequence length runs with any recipe.
+  void forward(const DeviceBatch& batch, ForwardMode mode = ForwardMode::kTraining);
   // LM head + cross-entropy over the forward's rows: sums[0] += sum of (ce + z-loss), sums[1] += sum of
   // ce. With backward, the LM head's gradient and the gradient at the final norm output are computed,
   // scaled by grad_scale, ready for backward().

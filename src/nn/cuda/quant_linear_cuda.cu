@@ -101,9 +101,14 @@ class QuantLinearCudaImpl final : public LinearCuda, public OutControlLinear {
     split_active_ = channels_ && channels_->frozen();
     if (split_active_) {
       split_->forward(*channels_, x, y, n, ctx_, split_workspace(n));
+      if (ctx_.inference) saved_n_ = -1;
       return;
     }
     const Transients s = transients(n);
+    if (ctx_.inference) {
+      forward_inference(s, x, y, n);
+      return;
+    }
     float* amax = s.amax;
     bf16* x_hat = s.a;
 
@@ -140,7 +145,8 @@ class QuantLinearCudaImpl final : public LinearCuda, public OutControlLinear {
   }
 
   void backward(const bf16* dy, const LinearGradOut& dx, int n) override {
-    FP4_CHECK(saved_n_ == n, "linear ", spec_.name, ": backward over ", n, " rows without a matching forward");
+    FP4_CHECK(saved_n_ == n, "linear ", spec_.name, ": backward over ", n,
+              " rows without a matching training forward (an inference forward keeps no backward operands)");
     FP4_CHECK((dx.bf16_out != nullptr) != (dx.f32_out != nullptr), "linear ", spec_.name,
               ": backward needs exactly one dX output (BF16 or FP32)");
     FP4_CHECK(dx.add == nullptr || dx.f32_out != nullptr, "linear ", spec_.name,
@@ -220,6 +226,26 @@ class QuantLinearCudaImpl final : public LinearCuda, public OutControlLinear {
  private:
   QuantRandomness rnd(QuantPurpose sr, QuantPurpose rht, int rht_n) const {
     return quant_randomness(p_, ctx_, spec_.layer_id, sr, rht, rht_n);
+  }
+
+  // Evaluation and generation: only the forward operands Q1(X), Q2(W), both along in, with the training
+  // forward's random bits (the same Y); no Q4, Q6 (Q6 runs along n, so any n works), backward refused.
+  void forward_inference(const Transients& s, const bf16* x, bf16* y, int n) {
+    saved_n_ = -1;
+    const int in = spec_.in_features, out = spec_.out_features;
+    const QuantSpec& q1 = p_[Operand::kQ1X];
+    const QuantSpec& q2 = p_[Operand::kQ2W];
+    const DeviceInput xin{x, QuantIoType::kBF16, n, in};
+    const QuantRandomness r1 = rnd(QuantPurpose::kSrQ1, QuantPurpose::kRhtDx, 0);
+    if (q1.outer == OuterScale::kTensor) amax_nvfp4_cuda(xin, q1, r1, s.amax + 0, stream_);
+    quantize_nvfp4_cuda(xin, q1, r1, transient_view(s.codes_a, s.scales_a, s.outer_a, n, in, q1), s.amax + 0,
+                        nullptr, bf16_out(s.a), stream_);
+    const DeviceInput win{w_.master, QuantIoType::kF32, out, in};
+    const QuantRandomness r2 = rnd(QuantPurpose::kSrQ2, QuantPurpose::kRhtDx, 0);
+    if (q2.outer == OuterScale::kTensor) amax_nvfp4_cuda(win, q2, r2, s.amax + 2, stream_);
+    quantize_nvfp4_cuda(win, q2, r2, transient_view(s.codes_b, s.scales_b, s.outer_b, out, in, q2), s.amax + 2,
+                        nullptr, bf16_out(s.w), stream_);
+    gemm_.gemm(false, true, n, out, in, 1.0f, s.a, in, s.w, in, 0.0f, y, out, stream_);
   }
 
   // The transients for n rows: in the lent workspace, else in the shared fallback region.

@@ -232,6 +232,7 @@ void QuantLinearSplitCuda::forward(const OutChannels& ch, const bf16* x, bf16* y
   gemm_.gemm(false, true, n, static_cast<int>(d.out), static_cast<int>(kc), 1.0f, reinterpret_cast<bf16*>(f.x_cat),
              static_cast<int>(kc), reinterpret_cast<bf16*>(f.w_cat), static_cast<int>(kc), 0.0f, y,
              static_cast<int>(d.out), s);
+  if (ctx.inference) return;  // evaluation, generation: no backward operands (Q6 and X8^T run along n)
 
   // Q4 from W^ in channel order (both parts), transposed.
   scatter_columns_cuda(f.w4_hat, d.p4, d.out, c4, d.k4, f.w_hat, d.in, false, s);

@@ -81,7 +81,8 @@ TEST_F(ExportTest, EveryHfTensorHoldsTheEngineParametersExactly) {
   const ExportResult r = export_command(args("hf"));
   EXPECT_EQ(r.checkpoint, run_->last_checkpoint);
   EXPECT_EQ(r.files,
-            (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors"}));
+            (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                                      "tokenizer_config.json"}));
   const auto st = read_safetensors(r.out / "model.safetensors");
   EXPECT_EQ(st.metadata.at("format"), "pt");
   const ModelConfig m = model();
@@ -151,9 +152,13 @@ TEST_F(ExportTest, ConfigJsonDescribesTheModel) {
   std::vector<int> padded;
   for (int id = m.vocab_real; id < m.vocab_size; ++id) padded.push_back(id);
   EXPECT_EQ(g["suppress_tokens"].get<std::vector<int>>(), padded);
-  // The byte tokenizer has no Hugging Face counterpart: no tokenizer files, and a note says so.
-  ASSERT_EQ(r.notes.size(), 1u);
-  EXPECT_THAT(r.notes[0], HasSubstr("no tokenizer files"));
+  // The byte tokenizer as a byte-level BPE without merges (export_tokenizer_test.cpp checks its encoding).
+  EXPECT_TRUE(r.notes.empty());
+  const auto tj = nlohmann::json::parse(read_file(r.out / "tokenizer.json"));
+  EXPECT_EQ(tj["model"]["vocab"].size(), 257u);
+  EXPECT_TRUE(tj["model"]["merges"].empty());
+  EXPECT_EQ(nlohmann::json::parse(read_file(r.out / "tokenizer_config.json"))["tokenizer_class"],
+            "PreTrainedTokenizerFast");
 }
 
 // Each BF16 value is the nearer of the two BF16 neighbours of the float (ties: even mantissa).
@@ -364,7 +369,8 @@ TEST_F(ExportTest, Gpt2TokenizerFilesAsTransformersReadsThem) {
   a.tokenizer = write_gpt2_tokenizer(tmp_->path() / "gpt2tok").string();
   const ExportResult r = export_command(a);
   EXPECT_EQ(r.files, (std::vector<std::string>{"config.json", "generation_config.json", "merges.txt",
-                                               "model.safetensors", "tokenizer_config.json", "vocab.json"}));
+                                               "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                                               "vocab.json"}));
   EXPECT_TRUE(r.notes.empty());
   const auto vocab = nlohmann::json::parse(read_file(r.out / "vocab.json"));
   EXPECT_EQ(vocab.size(), 258u);
@@ -372,7 +378,10 @@ TEST_F(ExportTest, Gpt2TokenizerFilesAsTransformersReadsThem) {
   EXPECT_EQ(vocab["ab"], 256);
   EXPECT_EQ(read_file(r.out / "merges.txt"), "#version: 0.2\na b\n");
   const auto tc = nlohmann::json::parse(read_file(r.out / "tokenizer_config.json"));
-  EXPECT_EQ(tc["tokenizer_class"], "GPT2Tokenizer");
+  EXPECT_EQ(tc["tokenizer_class"], "PreTrainedTokenizerFast");
+  const auto tj = nlohmann::json::parse(read_file(r.out / "tokenizer.json"));
+  EXPECT_EQ(tj["model"]["vocab"]["<|endoftext|>"], 257);
+  EXPECT_EQ(tj["model"]["merges"], nlohmann::json::parse(R"([["a", "b"]])"));
   EXPECT_EQ(tc["eos_token"], "<|endoftext|>");
   const auto c = nlohmann::json::parse(read_file(r.out / "config.json"));
   EXPECT_EQ(c["eos_token_id"], 257);
