@@ -1,6 +1,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "optim/adamw_state.h"
 #include "optim/cuda/device_adamw.h"
 #include "optim/cuda/device_optimizer.h"
 #include "optim/cuda/device_q_adamw.h"
