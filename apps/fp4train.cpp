@@ -31,6 +31,10 @@ void add_train(CLI::App& app, fp4::TrainArgs& a) {
   cmd->add_flag("--resume", a.resume,
                 "resume from the run directory's latest checkpoint (an error if it has none)");
   cmd->add_option("--out", a.out, "run directory (sets train.out_dir)");
+  cmd->add_option("--init-from", a.init_from,
+                  "branch from this checkpoint (or run directory's latest): its weights, optimizer state, data "
+                  "position and step; the LR schedule's length/decay and the recipe may differ")
+      ->check(CLI::ExistingDirectory);
 }
 
 void add_prepare(CLI::App& app, fp4::PrepareArgs& a) {
