@@ -135,6 +135,8 @@ plan() {
   cf=$(key decay_fraction)
   awk -v a="$cf" -v b=$DECAY_FRACTION 'BEGIN {exit !(a + 0 == b + 0)}' ||
     { echo "plan: $CONFIG has optim.decay_fraction = $cf, this script decays the last $DECAY_FRACTION" >&2; return 1; }
+  [ $((CALIB_START + 50)) -lt "${S[0]}" ] ||
+    { echo "plan: OutControl freezes at step $((CALIB_START + 50)), after the smallest budget's decay start ${S[0]}: raise the budgets" >&2; return 1; }
   echo "== plan: $CONFIG, $NONEMB non-embedding parameters, $TPS tokens/step, warm-up $WARMUP, OutControl calibration from step $CALIB_START"
   for ((k = 0; k < K; k++)); do
     echo "   budget $(echo $BUDGETS | cut -d' ' -f$((k + 1))) tokens/param: T = ${T[k]} steps ($((T[k] * TPS)) tokens), decay from step ${S[k]}"
