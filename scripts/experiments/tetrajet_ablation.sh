@@ -13,7 +13,8 @@
 # one seed see the same data in the same order from the same start.
 #
 # usage: [VAR=value ...] scripts/experiments/tetrajet_ablation.sh [plan | data | run | report]...
-#   (no step: plan data run report)
+#   (no step: plan data run report). Run again with the same RUNS to continue: finished stable segments and
+#   decays are skipped, stopped runs resume from their checkpoints.
 # Variables (defaults in brackets):
 #   FP4          the fp4train binary [${B:-build-gpu}/fp4train]
 #   CONFIG       run config [configs/runs/ablation-1m-bytes.toml]
@@ -135,7 +136,7 @@ plan() {
   cf=$(key decay_fraction)
   awk -v a="$cf" -v b=$DECAY_FRACTION 'BEGIN {exit !(a + 0 == b + 0)}' ||
     { echo "plan: $CONFIG has optim.decay_fraction = $cf, this script decays the last $DECAY_FRACTION" >&2; return 1; }
-  [ $((CALIB_START + 50)) -lt "${S[0]}" ] ||
+  [[ " $families " != *"outcontrol:"* ]] || [ $((CALIB_START + 50)) -lt "${S[0]}" ] ||
     { echo "plan: OutControl freezes at step $((CALIB_START + 50)), after the smallest budget's decay start ${S[0]}: raise the budgets" >&2; return 1; }
   echo "== plan: $CONFIG, $NONEMB non-embedding parameters, $TPS tokens/step, warm-up $WARMUP, OutControl calibration from step $CALIB_START"
   for ((k = 0; k < K; k++)); do
@@ -167,6 +168,10 @@ run_decay() {  # ARM SEED K
   local arm=$1 seed=$2 k=$3 fam dir
   fam=$(arm_family "$arm")
   dir=$(decay_dir "$arm" "$seed" "$k")
+  [ -f "$dir.done" ] && return 0
+  # A decay stopped before its first checkpoint starts again from the stable run's (one with a checkpoint
+  # of its own resumes from it).
+  [ -e "$dir/checkpoints/latest" ] || rm -rf "$dir"
   mkdir -p "$(dirname "$dir")"
   "$FP4" train --config "$CONFIG" $(arm_args "$arm" "${S[k]}") --out "$dir" --set train.seed="$seed" \
     --init-from "$(stable_dir "$fam" "$seed")/checkpoints/$(printf 'step_%06d' "${S[k]}")" \
@@ -185,6 +190,7 @@ failed_dep() {  # a decay whose stable run failed
 job_log() { set -- $1; echo "$RUNS/logs/$1-$2-s$3${4:+-b${T[$4]}}.log"; }
 
 phase_run() {
+  export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}  # many processes share the host's cores
   set -m  # every job in its own process group, so a deadline stops fp4train with it
   mkdir -p "$RUNS/logs"
   local -A pid=()
