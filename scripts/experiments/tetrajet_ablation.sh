@@ -23,7 +23,7 @@
 #   MAIN_ARMS    arms run with every seed [bf16 nvidia-nvfp4 tetrajet-v2-base tetrajet-v2]
 #   ARMS         every arm [all eight, see arm_family]
 #   EXTRA_SEEDS  the other arms run with the first N of SEEDS [2]
-#   SCAN_ARMS    arms decayed at the budgets below the last ['' = every arm]
+#   SCAN_ARMS    arms decayed at the budgets below the last [MAIN_ARMS; empty: every arm]
 #   PARALLEL     runs at a time on the GPU [14]
 #   DEADLINE_S   seconds after start at which running jobs are stopped and no more start (0: none) [0]
 #   RUNS         where runs go [runs/ablation]; OUT: where the small artefacts go [$OUT or ./ablation-out]
@@ -39,7 +39,7 @@ SEEDS=${SEEDS:-"1 2 3"}
 MAIN_ARMS=${MAIN_ARMS:-"bf16 nvidia-nvfp4 tetrajet-v2-base tetrajet-v2"}
 ARMS=${ARMS:-"bf16 nvidia-nvfp4 nvidia-nvfp4-bf16tail tetrajet-v2-base tetrajet-v2-base+outcontrol tetrajet-v2-base+oscireset tetrajet-v2 tetrajet-v2-memeff"}
 EXTRA_SEEDS=${EXTRA_SEEDS:-2}
-SCAN_ARMS=${SCAN_ARMS:-}
+SCAN_ARMS=${SCAN_ARMS-$MAIN_ARMS}
 PARALLEL=${PARALLEL:-14}
 DEADLINE_S=${DEADLINE_S:-0}
 RUNS=${RUNS:-runs/ablation}
