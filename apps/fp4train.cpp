@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <array>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <string>
 
@@ -12,10 +13,14 @@
 #include "dist/launcher.h"
 #include "ops/ops.h"
 #include "report/eval_table.h"
+#include "optim/ns_fit.h"
+#include "optim/q_adamw_error.h"
+#include "optim/q_root_error.h"
 #include "report/report.h"
 #include "report/seeds.h"
 #include "train/commands.h"
 #include "train/engine_factory.h"
+#include "train/checkpoint.h"
 #include "train/export_hf.h"
 #ifdef FP4_HAVE_CUDA
 #include "model/cuda/cuda_engine.h"
@@ -33,6 +38,10 @@ void add_train(CLI::App& app, fp4::TrainArgs& a) {
   cmd->add_flag("--resume", a.resume,
                 "resume from the run directory's latest checkpoint (an error if it has none)");
   cmd->add_option("--out", a.out, "run directory (sets train.out_dir)");
+  cmd->add_option("--init-from", a.init_from,
+                  "branch from this checkpoint (or run directory's latest): its weights, optimizer state, data "
+                  "position and step; the LR schedule's length/decay and the recipe may differ")
+      ->check(CLI::ExistingDirectory);
 }
 
 void add_prepare(CLI::App& app, fp4::PrepareArgs& a) {
@@ -193,6 +202,125 @@ int run_default_job() {
   return 0;
 }
 
+// "128x384" -> (128, 384); an error naming the option otherwise.
+std::pair<int64_t, int64_t> parse_shape(const std::string& s, const char* option) {
+  const auto x = s.find('x');
+  try {
+    if (x != std::string::npos && x > 0 && x + 1 < s.size()) {
+      size_t a = 0, b = 0;
+      const int64_t r = std::stoll(s.substr(0, x), &a), c = std::stoll(s.substr(x + 1), &b);
+      if (a == x && b == s.size() - x - 1 && r > 0 && c > 0) return {r, c};
+    }
+  } catch (const std::exception&) {
+  }
+  FP4_THROW(option, " '", s, "': expected ROWSxCOLS with positive integers, e.g. 128x384");
+}
+
+struct FitNsArgs {
+  std::vector<std::string> shapes;
+  int samples = 4, evals = 160;
+  uint64_t seed = 1;
+  bool fp32 = false;
+};
+
+void add_fit_ns(CLI::App& app, FitNsArgs& a) {
+  auto* cmd = app.add_subcommand(
+      "fit-ns", "fit Newton-Schulz coefficients (a, b, c) per matrix shape on normal sample matrices (Q-Root)");
+  cmd->option_defaults()->always_capture_default();
+  cmd->add_option("--shape", a.shapes, "ROWSxCOLS (repeatable)")->required();
+  cmd->add_option("--samples", a.samples, "sample matrices per shape")->check(CLI::PositiveNumber);
+  cmd->add_option("--evals", a.evals, "objective evaluations of the Nelder-Mead search")->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", a.seed, "sample seed");
+  cmd->add_flag("--fp32", a.fp32, "fit the FP32 iteration instead of NVFP4 operands");
+}
+
+void fit_ns_command(const FitNsArgs& a) {
+  std::printf("| shape | precision | start (a, b, c) | start error | fitted (a, b, c) | fitted error | evals |\n"
+              "|---|---|---|---|---|---|---|\n");
+  for (const auto& s : a.shapes) {
+    const auto [rows, cols] = parse_shape(s, "--shape");
+    fp4::NsFitSettings fs;
+    fs.max_evals = a.evals;
+    const fp4::NsCoefficients start = a.fp32 ? fp4::kMuonNsCoefficients : fp4::kQRootNsCoefficients;
+    const fp4::NsFitResult r = fp4::fit_ns_coefficients(rows, cols, a.samples, a.seed, !a.fp32, fs);
+    std::printf("| %lld x %lld | %s | (%.4f, %.4f, %.4f) | %.4f | (%.4f, %.4f, %.4f) | %.4f | %d |\n",
+                static_cast<long long>(rows), static_cast<long long>(cols), a.fp32 ? "fp32" : "nvfp4", start.a,
+                start.b, start.c, r.start_error, r.coef.a, r.coef.b, r.coef.c, r.error, r.evals);
+  }
+  std::fprintf(stderr, "error: mean ||NS(X) - polar(X)||_F / ||polar(X)||_F over %d normal samples per shape\n",
+               a.samples);
+}
+
+struct OptimClaimsArgs {
+  std::string part = "all";
+  std::vector<std::string> shapes = {"128x128", "128x384", "128x768", "384x384", "384x1024", "384x1152"};
+  int samples = 4;
+  uint64_t seed = 1;
+  std::string checkpoint;
+};
+
+void add_optim_claims(CLI::App& app, OptimClaimsArgs& a) {
+  auto* cmd = app.add_subcommand(
+      "optim-claims", "Full-Stack FP4's optimizer claims on the CPU: Q-Root's e_q per NS step, Q-AdamW's "
+                      "second-moment error and optimizer-state memory (docs/RESULTS.md)");
+  cmd->option_defaults()->always_capture_default();
+  cmd->add_option("--part", a.part, "q-root, q-adamw, memory or all")
+      ->check(CLI::IsMember({"q-root", "q-adamw", "memory", "all"}));
+  cmd->add_option("--shape", a.shapes, "Q-Root matrix shapes ROWSxCOLS");
+  cmd->add_option("--samples", a.samples, "sample matrices per shape and input kind")->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", a.seed, "sample seed");
+  cmd->add_option("--checkpoint", a.checkpoint,
+                  "Q-AdamW: also measure the second moments (adamw.v.*) of this AdamW checkpoint")
+      ->check(CLI::ExistingDirectory);
+}
+
+void optim_claims_command(const OptimClaimsArgs& a) {
+  if (a.part == "q-root" || a.part == "all") {
+    fp4::QRootTableOptions o;
+    for (const auto& s : a.shapes) o.shapes.push_back(parse_shape(s, "--shape"));
+    o.samples = a.samples;
+    o.seed = a.seed;
+    std::printf("## Q-Root: e_q = ||NS_fp4(X) - NS_fp32(X)||_F / ||NS_fp32(X)||_F after each NS step (mean of %d "
+                "samples)\n\n%s\n",
+                a.samples, fp4::q_root_error_table(o).c_str());
+  }
+  if (a.part == "q-adamw" || a.part == "all") {
+    std::printf("## Q-AdamW: second-moment reconstruction, codec vs plain NVFP4 storage of v\n\n"
+                "| tensor | elements | rel. L2 error: codec | plain NVFP4 | codec vs plain | step-size error: codec "
+                "| plain | v > 0 flushed to 0: codec | plain |\n|---|---|---|---|---|---|---|---|---|\n");
+    auto row = [](const std::string& name, const std::vector<float>& v) {
+      const fp4::SecondMomentErrors e = fp4::second_moment_errors(v, 1e-8f, 7);
+      std::printf("| %s | %lld | %.4f | %.4f | %+.1f%% | %.4f | %.4f | %.2f%% | %.2f%% |\n", name.c_str(),
+                  static_cast<long long>(e.size), e.codec_rel_l2, e.plain_rel_l2,
+                  100 * (e.codec_rel_l2 / e.plain_rel_l2 - 1), e.codec_step_err, e.plain_step_err,
+                  100 * e.codec_flushed, 100 * e.plain_flushed);
+    };
+    for (auto [r, c] : {std::pair<int64_t, int64_t>{384, 128}, {1152, 384}})
+      row("synthetic " + std::to_string(r) + " x " + std::to_string(c) + " (seed " + std::to_string(a.seed) + ")",
+          fp4::synthetic_second_moment(r, c, a.seed));
+    if (!a.checkpoint.empty()) {
+      const fp4::Checkpoint ck = fp4::load_checkpoint(a.checkpoint);
+      for (const auto& t : ck.state) {
+        if (t.name.rfind("adamw.v.", 0) != 0 || t.dtype != "F32" || t.shape.size() != 2) continue;
+        std::vector<float> v(t.bytes.size() / 4);
+        std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
+        row(t.name + " (step " + std::to_string(ck.step()) + ")", v);
+      }
+    }
+    std::printf("\n");
+  }
+  if (a.part == "memory" || a.part == "all") {
+    std::vector<fp4::ModelConfig> models;
+    fp4::ModelConfig m1 = fp4::model_preset("tiny");
+    m1.name = "olmo2-1m-bytes", m1.n_layers = 4, m1.d_model = 128, m1.n_heads = 2, m1.d_ff = 384, m1.vocab_size = 384;
+    models.push_back(m1);
+    for (const char* p : {"olmo2-30m", "olmo2-70m", "olmo2-150m", "olmo2-370m", "olmo2-1b"})
+      models.push_back(fp4::model_preset(p));
+    std::printf("## Optimizer-state memory (bytes as allocated by the CPU codec; every parameter on the optimizer)\n\n%s",
+                fp4::optimizer_memory_table(models).c_str());
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -235,6 +363,10 @@ int main(int argc, char** argv) {
   add_report(app, report);
   fp4::LaunchOptions launch;
   add_launch(app, launch);
+  FitNsArgs fit_ns;
+  add_fit_ns(app, fit_ns);
+  OptimClaimsArgs optim_claims;
+  add_optim_claims(app, optim_claims);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -251,6 +383,10 @@ int main(int argc, char** argv) {
       run_export(export_args);
     else if (app.got_subcommand("report"))
       report_command(report);
+    else if (app.got_subcommand("fit-ns"))
+      fit_ns_command(fit_ns);
+    else if (app.got_subcommand("optim-claims"))
+      optim_claims_command(optim_claims);
     else if (app.got_subcommand("launch"))
       return fp4::launch_local(launch);
     else if (!app.got_subcommand("train"))

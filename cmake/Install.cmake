@@ -35,7 +35,10 @@ foreach(t IN LISTS fp4_installed)
   endif()
   set(mapped)
   foreach(d IN LISTS dirs)
-    if(d STREQUAL "${CMAKE_SOURCE_DIR}/src")
+    # src/ itself, or a layer view of it (cmake/Areas.cmake: <build>/layers/<folder>): both become the
+    # installed header tree, which holds every folder (the layers are a build-time check).
+    string(FIND "${d}" "${CMAKE_BINARY_DIR}/layers/" in_layers)
+    if(d STREQUAL "${CMAKE_SOURCE_DIR}/src" OR in_layers EQUAL 0)
       list(APPEND mapped "$<BUILD_INTERFACE:${d}>" "$<INSTALL_INTERFACE:${FP4_INSTALL_INCLUDEDIR}>")
     else()
       list(APPEND mapped "${d}")

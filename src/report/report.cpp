@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "recipe/recipe_io.h"
+#include "report/ablation.h"
 #include "report/seeds.h"
 #include "report/svg_plot.h"
 #include "report/tables.h"
@@ -41,8 +42,9 @@ std::vector<double> ema(const std::vector<double>& v, double smoothing) {
 }
 
 // Appends a(x) - b(x) for the x values both series hold (each sorted by x, as logged).
-void matched_difference(const std::vector<double>& xa, const std::vector<double>& ya, const std::vector<double>& xb,
-                        const std::vector<double>& yb, std::vector<double>& x, std::vector<double>& d) {
+void matched_difference(const std::vector<double>& xa, const std::vector<double>& ya,
+                        const std::vector<double>& xb, const std::vector<double>& yb, std::vector<double>& x,
+                        std::vector<double>& d) {
   size_t j = 0;
   for (size_t i = 0; i < xa.size(); ++i) {
     while (j < xb.size() && xb[j] < xa[i]) ++j;
@@ -71,11 +73,13 @@ std::filesystem::path gap_svg_path(const std::filesystem::path& svg_path) {
 
 RunSummary summarize_run(const std::filesystem::path& dir) {
   const auto metrics = dir / "metrics.jsonl";
-  FP4_CHECK(std::filesystem::exists(metrics), "report: ", dir.string(), " has no metrics.jsonl (is it a run directory?)");
+  FP4_CHECK(std::filesystem::exists(metrics), "report: ", dir.string(),
+            " has no metrics.jsonl (is it a run directory?)");
   RunSummary s;
   s.dir = dir.string();
   s.label = run_label(dir);
   s.seed = read_run_seed(dir);
+  s.non_embedding_params = read_non_embedding_params(dir);
   s.val_loss = s.val_ppl = kNaN;
   std::vector<double> speeds;
   for (const auto& j : read_metrics(metrics)) {
@@ -86,6 +90,19 @@ RunSummary summarize_run(const std::filesystem::path& dir) {
       s.last_step = std::max<int64_t>(s.last_step, j.value("step", int64_t{0}));
       s.tokens = std::max<int64_t>(s.tokens, j.value("tokens", int64_t{0}));
       if (j.value("tokens_per_s", 0.0) > 0) speeds.push_back(j.value("tokens_per_s", 0.0));
+    } else if (type == "osci_reset") {
+      OsciWindowRecord w;
+      w.step = j.value("step", int64_t{0});
+      for (const auto& l : j.value("layers", nlohmann::json::array()))
+        w.layers.push_back({l.value("name", ""), l.value("tracked", int64_t{0}), l.value("reset", int64_t{0}),
+                            l.value("mean_risk", kNaN)});
+      s.osci.push_back(std::move(w));
+    } else if (type == "out_control") {
+      s.out_control_step = j.value("step", int64_t{0});
+      s.out_control.clear();
+      for (const auto& l : j.value("layers", nlohmann::json::array()))
+        s.out_control.push_back({l.value("name", ""), l.value("channels", int64_t{0}),
+                                 l.value("in_features", int64_t{0}), l.value("share", kNaN)});
     } else if (type == "eval") {
       s.val_tokens.push_back(j.value("tokens", 0.0));
       s.val_losses.push_back(j.value("val_loss", kNaN));
@@ -105,8 +122,10 @@ RunSummary summarize_run(const std::filesystem::path& dir) {
   return s;
 }
 
-std::string write_report(const std::vector<RunSummary>& runs, const ReportOptions& opt) {
-  FP4_CHECK(!runs.empty(), "report: no runs given");
+namespace {
+
+// The curves, the gap picture and the tables of runs of one budget.
+std::string single_budget_report(const std::vector<RunSummary>& runs, const ReportOptions& opt) {
   const std::vector<SeedGroup> groups = group_by_seed(runs);
   const bool several = groups.size() > 1;
   // A colour per recipe (in the order recipes first appear), a dash pattern per seed.
@@ -132,8 +151,8 @@ std::string write_report(const std::vector<RunSummary>& runs, const ReportOption
   for (const auto& g : groups)
     for (size_t i : g.runs) {
       const RunSummary& r = runs[i];
-      series.push_back(
-          {name(i) + " (train, EMA)", r.train_tokens, ema(r.train_loss, opt.smoothing), false, color[i], dash[i]});
+      series.push_back({name(i) + " (train, EMA)", r.train_tokens, ema(r.train_loss, opt.smoothing), false,
+                        color[i], dash[i]});
       if (!r.val_losses.empty())
         series.push_back({name(i) + " (validation)", r.val_tokens, r.val_losses, true, color[i], dash[i]});
     }
@@ -171,6 +190,42 @@ std::string write_report(const std::vector<RunSummary>& runs, const ReportOption
     for (const auto& n : notes) out += " " + n + ".";
     out += "\n";
   }
+  return out;
+}
+
+}  // namespace
+
+std::string write_report(const std::vector<RunSummary>& runs, const ReportOptions& opt) {
+  FP4_CHECK(!runs.empty(), "report: no runs given");
+  const std::vector<int64_t> budgets = token_budgets(runs);
+  const std::vector<RunSummary> main = runs_at_budget(runs, budgets.back());
+  std::string out;
+  if (budgets.size() > 1)
+    out += "Runs at " + std::to_string(budgets.size()) +
+           " token budgets: the tables and curves below are those of " + "the largest, " +
+           std::to_string(budgets.back()) + " tokens (the main comparison).\n\n";
+  out += single_budget_report(main, opt);
+  std::vector<std::vector<RecipeComparison>> per_budget;
+  bool paired = false;
+  for (int64_t b : budgets) {
+    per_budget.push_back(compare_recipes(runs_at_budget(runs, b), opt));
+    for (const auto& c : per_budget.back()) paired = paired || c.gap.n >= 2;
+  }
+  if (paired) {
+    for (size_t k = budgets.size(); k-- > 0;) out += "\n" + comparison_table(per_budget[k], opt);
+    if (write_mean_gap_svg(svg_with_suffix(opt.svg_path, "-gapmean"), main, opt))
+      out += "\nMean gap curves over seeds: " + svg_with_suffix(opt.svg_path, "-gapmean").string() + "\n";
+  }
+  if (budgets.size() > 1) {
+    out += "\n" + scan_table(per_budget, opt);
+    write_scan_svg(svg_with_suffix(opt.svg_path, "-scan"), per_budget, opt);
+    out += "\nScan picture: " + svg_with_suffix(opt.svg_path, "-scan").string() + "\n";
+  }
+  if (const std::string o = osci_report(main, opt.svg_path); !o.empty())
+    out += "\n" + o + "\nPictures: " + svg_with_suffix(opt.svg_path, "-osci").string() + ", " +
+           svg_with_suffix(opt.svg_path, "-oscirisk").string() + "\n";
+  if (const std::string o = out_control_report(main, opt.svg_path); !o.empty())
+    out += "\n" + o + "\nPicture: " + svg_with_suffix(opt.svg_path, "-outcontrol").string() + "\n";
   return out;
 }
 

@@ -8,8 +8,8 @@
 namespace fp4 {
 namespace {
 
-const char* const kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
-                                "#7f7f7f"};
+const char* const kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                                "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
 const char* const kDashes[] = {"6,3", "2,2", "9,3,2,3", "1,4"};
 
 // The stroke-dasharray attribute of a dash index ("" for a solid line).
@@ -27,10 +27,14 @@ std::string marker_paint(int dash, const char* color) {
 std::string esc(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else o += c;
+    if (c == '<')
+      o += "&lt;";
+    else if (c == '>')
+      o += "&gt;";
+    else if (c == '&')
+      o += "&amp;";
+    else
+      o += c;
   }
   return o;
 }
@@ -55,10 +59,14 @@ std::vector<double> ticks(double lo, double hi, int target) {
 std::string num(double v) {
   char b[32];
   const double a = std::fabs(v);
-  if (a >= 1e9) std::snprintf(b, sizeof b, "%.3gG", v / 1e9);
-  else if (a >= 1e6) std::snprintf(b, sizeof b, "%.3gM", v / 1e6);
-  else if (a >= 1e4) std::snprintf(b, sizeof b, "%.3gk", v / 1e3);
-  else std::snprintf(b, sizeof b, "%.4g", v);
+  if (a >= 1e9)
+    std::snprintf(b, sizeof b, "%.3gG", v / 1e9);
+  else if (a >= 1e6)
+    std::snprintf(b, sizeof b, "%.3gM", v / 1e6);
+  else if (a >= 1e4)
+    std::snprintf(b, sizeof b, "%.3gk", v / 1e3);
+  else
+    std::snprintf(b, sizeof b, "%.4g", v);
   return b;
 }
 
@@ -84,8 +92,9 @@ std::string render_svg(const PlotSpec& spec, const std::vector<PlotSeries>& seri
   const double L = 70, R = spec.legend_width, T = 40, B = 50;
   const double W = spec.width - L - R, H = spec.height - T - B;
   auto fx = [&](double x) {
-    const double t = spec.log_x ? (std::log(std::max(x, x0)) - std::log(x0)) / (std::log(x1) - std::log(x0) + 1e-300)
-                                : (x - x0) / (x1 - x0 + 1e-300);
+    const double t = spec.log_x
+                         ? (std::log(std::max(x, x0)) - std::log(x0)) / (std::log(x1) - std::log(x0) + 1e-300)
+                         : (x - x0) / (x1 - x0 + 1e-300);
     return L + W * t;
   };
   auto fy = [&](double y) { return T + H * (1.0 - (std::clamp(y, y0, y1) - y0) / (y1 - y0 + 1e-300)); };
@@ -105,9 +114,9 @@ std::string render_svg(const PlotSpec& spec, const std::vector<PlotSeries>& seri
       << "</text>\n";
   o << "<rect x='" << L << "' y='" << T << "' width='" << W << "' height='" << H
     << "' fill='none' stroke='#333'/>\n";
-  o << "<text x='" << L + W / 2 << "' y='" << spec.height - 10 << "' text-anchor='middle'>" << esc(spec.x_label)
-    << "</text>\n<text transform='translate(16," << T + H / 2 << ") rotate(-90)' text-anchor='middle'>"
-    << esc(spec.y_label) << "</text>\n";
+  o << "<text x='" << L + W / 2 << "' y='" << spec.height - 10 << "' text-anchor='middle'>"
+    << esc(spec.x_label) << "</text>\n<text transform='translate(16," << T + H / 2
+    << ") rotate(-90)' text-anchor='middle'>" << esc(spec.y_label) << "</text>\n";
   int legend = 0;
   for (const auto& s : series) {
     const char* color = kPalette[s.color % 8];
@@ -118,8 +127,8 @@ std::string render_svg(const PlotSpec& spec, const std::vector<PlotSeries>& seri
             << marker_paint(s.dash, color) << "/>";
       o << "\n";
     } else {
-      o << "<polyline fill='none' stroke='" << color << "' stroke-width='1.5'"
-        << dash_attr(s.dash) << " points='";
+      o << "<polyline fill='none' stroke='" << color << "' stroke-width='1.5'" << dash_attr(s.dash)
+        << " points='";
       for (size_t i = 0; i < s.x.size(); ++i)
         if (std::isfinite(s.y[i])) o << fx(s.x[i]) << "," << fy(s.y[i]) << " ";
       o << "'/>\n";
@@ -128,8 +137,8 @@ std::string render_svg(const PlotSpec& spec, const std::vector<PlotSeries>& seri
     o << (s.markers ? "<circle cx='" + std::to_string(L + W + 22) + "' cy='" + std::to_string(ly - 4) +
                           "' r='3.5' " + marker_paint(s.dash, color) + "/>"
                     : "<line x1='" + std::to_string(L + W + 12) + "' x2='" + std::to_string(L + W + 32) +
-                          "' y1='" + std::to_string(ly - 4) + "' y2='" + std::to_string(ly - 4) + "' stroke='" +
-                          color + "' stroke-width='2'" + dash_attr(s.dash) + "/>")
+                          "' y1='" + std::to_string(ly - 4) + "' y2='" + std::to_string(ly - 4) +
+                          "' stroke='" + color + "' stroke-width='2'" + dash_attr(s.dash) + "/>")
       << "<text x='" << L + W + 38 << "' y='" << ly << "'>" << esc(s.label) << "</text>\n";
   }
   o << "</svg>\n";

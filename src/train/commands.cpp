@@ -32,6 +32,7 @@ RunConfig run_config_from_args(const TrainArgs& args) {
 TrainResult train_command(const TrainArgs& args) {
   TrainerOptions opts;
   opts.require_resume = args.resume;
+  opts.init_from = args.init_from;
   opts.progress_bar = stderr_is_tty();
   opts.dist = dist_env_from_process();  // RANK, WORLD_SIZE, ... when a launcher started this process
   Trainer trainer(run_config_from_args(args), opts);

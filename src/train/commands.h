@@ -21,6 +21,7 @@ struct TrainArgs {
   std::string out;                             // train.out_dir, when given
   std::vector<std::string> sets;               // section.key=value, applied last
   bool resume = false;
+  std::filesystem::path init_from;  // --init-from: branch from this checkpoint or run directory
 };
 // The run config the arguments describe (--recipe and --out before the --set overrides).
 RunConfig run_config_from_args(const TrainArgs& args);

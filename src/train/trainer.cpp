@@ -16,6 +16,7 @@
 #include "train/data_setup.h"
 #include "train/engine_factory.h"
 #include "train/file_io.h"
+#include "train/init_from.h"
 #include "train/stop_signal.h"
 
 namespace fp4 {
@@ -132,7 +133,9 @@ void Trainer::set_up() {
   schedule_ = make_lr_schedule(cfg_);
 
   std::optional<Checkpoint> ckpt;
-  if (const auto latest = latest_checkpoint(run_dir_)) {
+  const auto latest = latest_checkpoint(run_dir_);
+  const bool resumed_own = latest.has_value();
+  if (latest) {
     ckpt = load_checkpoint(*latest);
     const fs::path trainer_file = *latest / "trainer.json";
     FP4_CHECK(ckpt->trainer.contains("config"), trainer_file.string(), ": no run config stored");
@@ -152,6 +155,9 @@ void Trainer::set_up() {
   } else {
     FP4_CHECK(!options_.require_resume, "--resume: ", checkpoint_root(run_dir_).string(),
               " holds no checkpoint to resume from");
+    // A branch (train/init_from.h) starts from another run's checkpoint; once it has saved its own, it
+    // resumes from those like any run.
+    if (!options_.init_from.empty()) ckpt = load_branch_checkpoint(options_.init_from, cfg_);
   }
 
   // The engine first: a device this build lacks is reported before any data work.
@@ -229,13 +235,15 @@ void Trainer::set_up() {
       FP4_THROW(trainer_file.string(), ": ", e.what());
     }
     resumed_from_ = ckpt->dir;
-    last_checkpoint_ = ckpt->dir;
-    log("resumed from " + ckpt->dir.string() + " (step " + std::to_string(step_) + ")");
+    if (resumed_own) last_checkpoint_ = ckpt->dir;  // a branch has saved nothing of its own yet
+    log((resumed_own ? "resumed from " : "branched from ") + ckpt->dir.string() + " (step " + std::to_string(step_) +
+        ")");
   }
 
   if (!lead()) return;
   write_file_atomically(run_dir_ / "config.json", to_json(cfg_).dump(2) + "\n");
   write_file_atomically(run_dir_ / "recipe.toml", recipe_toml_);
+  if (ckpt && !resumed_own) start_branch_metrics(run_dir_ / "metrics.jsonl", *ckpt);
   metrics_ = std::make_unique<MetricsFile>(run_dir_ / "metrics.jsonl", step_);
 }
 

@@ -32,6 +32,9 @@ struct TrainerOptions {
   // This process's place in a data-parallel job; unset: read from the environment (RANK, WORLD_SIZE,
   // ...). A launched job (DistEnv::launched) trains data-parallel, even with one process.
   std::optional<DistEnv> dist;
+  // --init-from: a checkpoint or run directory to branch from when the run dir has no checkpoint of its
+  // own (train/init_from.h).
+  std::filesystem::path init_from;
 };
 
 struct TrainResult {

@@ -1,0 +1,192 @@
+// fp4train report for ablations: the paired intervals against hand computations (closed-form t quantiles
+// for 1 and 2 degrees of freedom), their defining property on random data, and the tables and pictures of
+// runs at several budgets with OsciReset and OutControl records.
+#include "report/ablation.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "../train/test_util.h"
+#include "report/paired_stats.h"
+#include "report/report.h"
+
+namespace fp4 {
+namespace {
+
+namespace fs = std::filesystem;
+using fp4::testing::TempDir;
+using ::testing::HasSubstr;
+
+const double kT975Df2 = 0.95 / std::sqrt(2 * 0.975 * 0.025);  // (2p - 1) / sqrt(2p(1 - p))
+const double kT975Df1 = std::tan(M_PI * 0.475);               // tan(pi (p - 1/2))
+
+TEST(StudentT, QuantilesMatchClosedFormsAndTables) {
+  EXPECT_NEAR(student_t_quantile(0.975, 1), kT975Df1, 1e-9);
+  EXPECT_NEAR(student_t_quantile(0.975, 2), kT975Df2, 1e-12);
+  EXPECT_NEAR(student_t_quantile(0.9, 2), 0.8 / std::sqrt(2 * 0.9 * 0.1), 1e-12);
+  EXPECT_NEAR(student_t_quantile(0.975, 10), 2.228138851986, 1e-9);  // printed tables
+  EXPECT_NEAR(student_t_quantile(0.975, 30), 2.042272456301, 1e-9);
+  EXPECT_NEAR(student_t_quantile(0.975, 1e7), 1.959963984540, 1e-6);  // the normal limit
+  EXPECT_NEAR(student_t_quantile(0.025, 4), -student_t_quantile(0.975, 4), 1e-12);
+  EXPECT_EQ(student_t_quantile(0.5, 3), 0.0);
+  EXPECT_THROW(student_t_quantile(1.0, 3), Error);
+  EXPECT_THROW(student_t_quantile(0.9, 0), Error);
+}
+
+TEST(PairedStats, MeanIntervalByHand) {
+  // gaps 0.030, 0.035, 0.025: mean 0.03, sd 0.005, half width t(0.975, 2) 0.005 / sqrt(3)
+  const PairedInterval g = paired_mean_interval({0.030, 0.035, 0.025});
+  EXPECT_EQ(g.n, 3);
+  EXPECT_NEAR(g.mean, 0.03, 1e-15);
+  EXPECT_NEAR(g.sd, 0.005, 1e-15);
+  EXPECT_NEAR(g.lo, 0.017579311441248344, 1e-12);
+  EXPECT_NEAR(g.hi, 0.042420688558751654, 1e-12);
+  // two seeds: t(0.975, 1) = 12.706..., sd = |a - b| / sqrt 2
+  const PairedInterval two = paired_mean_interval({0.030, 0.035});
+  EXPECT_NEAR(two.lo, 0.000734488159563236, 1e-11);
+  EXPECT_NEAR(two.hi, 0.06426551184043677, 1e-11);
+  const PairedInterval one = paired_mean_interval({0.02});
+  EXPECT_EQ(one.mean, 0.02);
+  EXPECT_TRUE(std::isnan(one.lo) && std::isnan(one.hi));
+  EXPECT_TRUE(std::isnan(paired_mean_interval({}).mean));
+}
+
+TEST(PairedStats, FiellerShareByHand) {
+  // x: a recipe's gaps, y: the reference's, in seeds 1..3. share = 1 - 0.030 / 0.051; the bounds are where
+  // the paired t statistic of x - theta y equals t(0.975, 2), found by bisection outside this code.
+  const ShareInterval s = share_closed_interval({0.030, 0.035, 0.025}, {0.050, 0.048, 0.055});
+  EXPECT_TRUE(s.bounded);
+  EXPECT_NEAR(s.share, 0.4117647058823529, 1e-15);
+  EXPECT_NEAR(s.lo, -0.005328057246618556, 1e-10);
+  EXPECT_NEAR(s.hi, 0.7057359492620393, 1e-10);
+  // A reference gap indistinguishable from 0: the set of ratios is unbounded.
+  const ShareInterval u = share_closed_interval({0.01, 0.02, 0.015}, {0.01, -0.008, 0.002});
+  EXPECT_FALSE(u.bounded);
+  EXPECT_TRUE(std::isnan(u.lo));
+  EXPECT_THROW(share_closed_interval({0.1}, {0.1, 0.2}), Error);
+}
+
+// At each bound the paired t statistic equals the t quantile: the intervals are the inverted tests.
+TEST(PairedStats, BoundsAreWhereThePairedTestTurnsOnRandomData) {
+  std::mt19937 rng(std::random_device{}());
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 6);
+    std::normal_distribution<double> ref(0.05, 0.01), noise(0, 0.004);
+    std::uniform_real_distribution<double> frac(-0.5, 1.2);
+    const double f = frac(rng);
+    std::vector<double> x, y;
+    for (int i = 0; i < n; ++i) {
+      y.push_back(ref(rng));
+      x.push_back(f * y.back() + noise(rng));
+    }
+    const double t = student_t_quantile(0.975, n - 1);
+    auto t_stat = [&](double theta) {
+      double m = 0, ss = 0;
+      for (int i = 0; i < n; ++i) m += x[i] - theta * y[i];
+      m /= n;
+      for (int i = 0; i < n; ++i) ss += std::pow(x[i] - theta * y[i] - m, 2);
+      return std::fabs(m) / std::sqrt(ss / (n - 1) / n);
+    };
+    const PairedInterval g = paired_mean_interval(x);
+    EXPECT_NEAR((g.mean - g.lo) / (g.sd / std::sqrt(n)), t, 1e-9);  // the t interval: the same inversion
+    EXPECT_LE(g.lo, g.mean);
+    const ShareInterval s = share_closed_interval(x, y);
+    if (!s.bounded) continue;
+    EXPECT_LE(s.lo, s.share);
+    EXPECT_GE(s.hi, s.share);
+    EXPECT_NEAR(t_stat(1 - s.lo), t, 1e-6 * t) << "trial " << trial;
+    EXPECT_NEAR(t_stat(1 - s.hi), t, 1e-6 * t) << "trial " << trial;
+    EXPECT_LT(t_stat(1 - s.share), 1e-9);
+  }
+}
+
+TEST(Ablation, BlockOfNames) {
+  EXPECT_EQ(block_of("blocks.0.attn.wqkv"), 0);
+  EXPECT_EQ(block_of("blocks.17.mlp.w_down"), 17);
+  EXPECT_EQ(block_of("lm_head"), -1);
+  EXPECT_EQ(block_of("blocks..x"), -1);
+  EXPECT_EQ(block_of("blocks.a1.x"), -1);
+}
+
+// A run directory: config.json (seed, an olmo2-1m-bytes-like model), recipe.toml, metrics with a final eval.
+fs::path make_run(const fs::path& root, const std::string& recipe, int seed, int64_t steps, double final_val,
+                  const std::string& extra_lines = "") {
+  const fs::path dir = root / ("b" + std::to_string(steps)) / (recipe + "-s" + std::to_string(seed));
+  fs::create_directories(dir);
+  std::ofstream(dir / "recipe.toml") << "name = \"" << recipe << "\"\n";
+  std::ofstream(dir / "config.json") << "{\"train\": {\"seed\": " << seed
+                                     << "}, \"model\": {\"n_layers\": 4, \"d_model\": 128, \"d_ff\": 384, "
+                                        "\"vocab_size\": 384}}\n";
+  std::ofstream m(dir / "metrics.jsonl");
+  m.precision(17);
+  for (int64_t s = 10; s <= steps; s += 10)
+    m << "{\"type\":\"train\",\"step\":" << s << ",\"tokens\":" << s * 1000
+      << ",\"loss\":" << final_val + 1.0 / s << "}\n";
+  m << "{\"type\":\"eval\",\"step\":" << steps / 2 << ",\"tokens\":" << steps * 500
+    << ",\"val_loss\":" << final_val + 0.2 << ",\"val_ppl\":1}\n";
+  m << extra_lines;
+  m << "{\"type\":\"eval\",\"step\":" << steps << ",\"tokens\":" << steps * 1000
+    << ",\"val_loss\":" << final_val << ",\"val_ppl\":" << std::exp(final_val) << "}\n";
+  return dir;
+}
+
+TEST(Ablation, NonEmbeddingParametersFromTheConfig) {
+  TempDir tmp;
+  const fs::path d = make_run(tmp.path(), "bf16", 1, 100, 2.0);
+  EXPECT_EQ(read_non_embedding_params(d), 854144);  // 4 x 213,504 + 128 (configs/models/olmo2-1m-bytes.toml)
+  EXPECT_EQ(read_non_embedding_params(tmp.path()), 0);
+}
+
+TEST(Ablation, ReportOfTwoBudgetsGivesPairedTablesTheScanAndTelemetry) {
+  TempDir tmp;
+  const double base[3] = {2.000, 2.010, 1.990};
+  const double gap_nv[3] = {0.050, 0.048, 0.055}, gap_x[3] = {0.030, 0.035, 0.025};
+  const std::string osci =
+      "{\"type\":\"osci_reset\",\"step\":150,\"tracked\":1000,\"reset\":30,\"layers\":["
+      "{\"name\":\"blocks.0.attn.wqkv\",\"tracked\":600,\"reset\":24,\"mean_risk\":2.5},"
+      "{\"name\":\"blocks.1.attn.wqkv\",\"tracked\":400,\"reset\":6,\"mean_risk\":1.0}]}\n";
+  const std::string oc =
+      "{\"type\":\"out_control\",\"step\":60,\"channels\":48,\"layers\":["
+      "{\"name\":\"blocks.0.attn.wqkv\",\"channels\":16,\"in_features\":128,\"share\":0.25},"
+      "{\"name\":\"blocks.0.mlp.w_down\",\"channels\":32,\"in_features\":384,\"share\":0.5}]}\n";
+  std::vector<RunSummary> runs;
+  for (int64_t steps : {200, 400})
+    for (int s = 0; s < 3; ++s) {
+      const double shrink = steps == 200 ? 2.0 : 1.0;  // the smaller budget has twice the gaps
+      runs.push_back(summarize_run(make_run(tmp.path(), "bf16", s + 1, steps, base[s])));
+      runs.push_back(
+          summarize_run(make_run(tmp.path(), "nvidia-nvfp4", s + 1, steps, base[s] + shrink * gap_nv[s])));
+      runs.push_back(summarize_run(
+          make_run(tmp.path(), "tetrajet-v2", s + 1, steps, base[s] + shrink * gap_x[s], osci + oc)));
+    }
+  ASSERT_EQ(runs[2].osci.size(), 1u);
+  ASSERT_EQ(runs[2].out_control.size(), 2u);
+  ReportOptions opt;
+  opt.svg_path = tmp.path() / "abl.svg";
+  const std::string md = write_report(runs, opt);
+  // Main budget (400 steps = 400,000 tokens, 0.468 tokens per non-embedding parameter): the hand numbers.
+  EXPECT_THAT(md, HasSubstr("Paired over seeds at 400000 tokens (0.468 per non-embedding parameter)"));
+  EXPECT_THAT(
+      md,
+      HasSubstr("| tetrajet-v2 | 3 | +0.0300 [+0.0176, +0.0424] | 0.0050 | 41.2% [-0.5%, 70.6%] | yes |"));
+  // The smaller budget: gaps doubled, the share unchanged (a ratio).
+  EXPECT_THAT(
+      md,
+      HasSubstr("| tetrajet-v2 | 3 | +0.0600 [+0.0352, +0.0848] | 0.0100 | 41.2% [-0.5%, 70.6%] | yes |"));
+  EXPECT_THAT(md, HasSubstr("| tetrajet-v2 | +0.0600 [+0.0352, +0.0848] / 41.2% [-0.5%, 70.6%] | +0.0300"));
+  // OsciReset: 30 of 1000 reset, mean R weighted by tracked (600 x 2.5 + 400 x 1) / 1000 = 1.9, per block
+  // 4%, 1.5%.
+  EXPECT_THAT(md, HasSubstr("| tetrajet-v2 | 1 | 150 | 1000 | 30 | 3.0% | 1.900 | 4.0%, 1.5% |"));
+  EXPECT_THAT(md, HasSubstr("| tetrajet-v2 | 2 | 60 | 48 of 512 | 25.0%, 50.0% |"));
+  for (const char* f : {"abl.svg", "abl-gap.svg", "abl-gapmean.svg", "abl-scan.svg", "abl-osci.svg",
+                        "abl-oscirisk.svg", "abl-outcontrol.svg"})
+    EXPECT_TRUE(fs::exists(tmp.path() / f)) << f;
+}
+
+}  // namespace
+}  // namespace fp4
