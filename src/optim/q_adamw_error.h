@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "core/model_config.h"
 
 namespace fp4 {
 
