@@ -40,6 +40,8 @@ foreach(t IN LISTS fp4_installed)
     string(FIND "${d}" "${CMAKE_BINARY_DIR}/layers/" in_layers)
     if(d STREQUAL "${CMAKE_SOURCE_DIR}/src" OR in_layers EQUAL 0)
       list(APPEND mapped "$<BUILD_INTERFACE:${d}>" "$<INSTALL_INTERFACE:${FP4_INSTALL_INCLUDEDIR}>")
+    elseif(d MATCHES "^${CMAKE_SOURCE_DIR}/" OR d MATCHES "^${CMAKE_BINARY_DIR}/")
+      list(APPEND mapped "$<BUILD_INTERFACE:${d}>")  # e.g. .carry/include on the GPU machine
     else()
       list(APPEND mapped "${d}")
     endif()

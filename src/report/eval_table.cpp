@@ -23,11 +23,14 @@ std::string eval_suite_table(const std::vector<std::string>& run_dirs,
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(f);
-      for (const auto& t : j.at("zero_shot"))
-        if (std::find(tasks.begin(), tasks.end(), t.at("task")) == tasks.end()) tasks.push_back(t.at("task"));
-      for (const auto& s : j.at("sources"))
-        if (std::find(sources.begin(), sources.end(), s.at("name")) == sources.end())
-          sources.push_back(s.at("name"));
+      for (const auto& t : j.at("zero_shot")) {
+        const auto task = t.at("task").get<std::string>();
+        if (std::find(tasks.begin(), tasks.end(), task) == tasks.end()) tasks.push_back(task);
+      }
+      for (const auto& s : j.at("sources")) {
+        const auto name = s.at("name").get<std::string>();
+        if (std::find(sources.begin(), sources.end(), name) == sources.end()) sources.push_back(name);
+      }
       j.at("val").at("perplexity").get<double>();
     } catch (const nlohmann::json::exception& e) {
       FP4_THROW(p.string(), ": not an eval.json of fp4train eval (", e.what(), ")");
