@@ -164,7 +164,8 @@ void Trainer::set_up() {
     // The single-process CUDA engine runs the per-element work on the GPU; other engines, and data-parallel
     // runs, use the host form (docs/OSCI_RESET.md).
     auto* device_form = dynamic_cast<OsciBackendSource*>(engine_.get());
-    osci_ = std::make_unique<OsciReset>(recipe_.osci_reset, cfg_.train.steps,
+    // A fractional start is of the schedule's length, which a resumed run shares (train.steps may differ).
+    osci_ = std::make_unique<OsciReset>(recipe_.osci_reset, cfg_.schedule_steps(),
                                         osci_targets(engine_->parameters(), recipe_, cfg_.model.n_layers),
                                         device_form ? device_form->make_osci_backend() : nullptr);
     log("osci_reset: the " + osci_->backend().where() + " form tracks the weights");

@@ -166,6 +166,39 @@ TEST_F(TrainerTest, OsciResetIsLoggedAndResumesMidWindowBitForBit) {
             sha256_file(tmp_ / "split/checkpoints/step_000012/model.safetensors"));
 }
 
+// A fractional osci_reset.start is a fraction of the schedule (optim.total_steps = 12 here), not of
+// train.steps: a run stopped with train.steps = 7 and resumed with 12 (docs/CLI.md's way to stop and
+// continue) starts its windows at the same step (0.25 x 12 = 3: resets after steps 6 and 10) and ends with
+// the bytes of the uninterrupted run.
+TEST_F(TrainerTest, OsciResetFractionalStartIsOfTheScheduleAndResumesBitForBit) {
+  const auto osci = [this](const std::string& run, int64_t steps) {
+    RunConfig c = config(run, steps);
+    c.recipe.name = "nvidia-nvfp4";
+    c.recipe.overrides = {{"osci_reset.enabled", "true"},
+                          {"osci_reset.window", "3"},
+                          {"osci_reset.period", "4"},
+                          {"osci_reset.start", "0.25"},
+                          {"osci_reset.threshold", "1"}};
+    c.train.ckpt_every = 100;
+    return c;
+  };
+  Trainer(osci("full", 12), quiet()).run();
+  const auto events = records(tmp_ / "full", "osci_reset");
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0]["step"], 6);
+  EXPECT_EQ(events[1]["step"], 10);
+  Trainer(osci("split", 7), quiet()).run();
+  Trainer rest(osci("split", 12), quiet());
+  ASSERT_TRUE(rest.resumed());
+  rest.run();
+  const auto split_events = records(tmp_ / "split", "osci_reset");
+  ASSERT_EQ(split_events.size(), 2u);
+  EXPECT_EQ(split_events[0]["step"], 6);
+  EXPECT_EQ(split_events[1]["step"], 10);
+  EXPECT_EQ(sha256_file(tmp_ / "full/checkpoints/step_000012/model.safetensors"),
+            sha256_file(tmp_ / "split/checkpoints/step_000012/model.safetensors"));
+}
+
 TEST_F(TrainerTest, ResumeRefusesADifferentTraining) {
   Trainer(config("run", 3), quiet()).run();
   auto changed = config("run", 6);
