@@ -90,6 +90,7 @@ LoadedModel load_model(const fs::path& path, const std::string& device) {
   m.config = run_config_from_json(ckpt.trainer["config"], trainer_file);
   if (!device.empty()) apply_overrides(m.config, {"train.device=" + device});
   m.recipe = parse_recipe(ckpt.trainer["recipe_toml"].get<std::string>(), trainer_file + " (recipe_toml)");
+  check_bf16_layers(m.recipe, m.config.model);
   try {
     m.engine = make_engine(m.config, m.recipe);
   } catch (const Error& e) {

@@ -509,6 +509,13 @@ void validate(const RunConfig& c) {
   }
 }
 
+void check_bf16_layers(const Recipe& recipe, const ModelConfig& model) {
+  for (const int l : recipe.bf16_layers)
+    FP4_CHECK(l >= -model.n_layers && l < model.n_layers, "recipe '", recipe.name, "': bf16_layers names block ",
+              l, ", but model '", model.name, "' has ", model.n_layers, " blocks (accepted: ", -model.n_layers,
+              " .. ", model.n_layers - 1, ")");
+}
+
 LrSchedule make_lr_schedule(const RunConfig& cfg) {
   const auto& o = cfg.optim;
   LrSchedule s;

@@ -11,6 +11,7 @@
 
 #include "model/config.h"
 #include "optim/schedule.h"
+#include "recipe/recipe.h"
 
 namespace fp4 {
 
@@ -112,6 +113,10 @@ void apply_overrides(RunConfig& cfg, const std::vector<std::string>& overrides);
 
 // Throws fp4::Error naming the field when a value is out of range or inconsistent.
 void validate(const RunConfig& cfg);
+
+// Throws fp4::Error naming the recipe when its bf16_layers name a block the model does not have (an index
+// i must satisfy -n_layers <= i < n_layers; negative ones count from the last block).
+void check_bf16_layers(const Recipe& recipe, const ModelConfig& model);
 
 // The LR schedule of a run config (peak optim.lr over cfg.schedule_steps()); throws fp4::Error when
 // the [optim] keys do not make a valid schedule.

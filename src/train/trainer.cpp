@@ -127,6 +127,7 @@ int Trainer::agreed_stop_signal() {
 void Trainer::set_up() {
   recipe_ = load_run_recipe(cfg_.recipe);
   recipe_toml_ = to_toml(recipe_);
+  check_bf16_layers(recipe_, cfg_.model);
   check_micro_batch_tokens(recipe_, cfg_.data.batch, cfg_.data.seq, dist_.launched ? dist_.world_size : 1);
   schedule_ = make_lr_schedule(cfg_);
 
