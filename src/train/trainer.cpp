@@ -272,7 +272,23 @@ fs::path Trainer::save(Progress& progress) {
     comm_->host_all_reduce_sum(&failed, 1, CommType::kF64);
     FP4_CHECK(failed == 0 || lead(), "rank 0 could not save the checkpoint of step ", step_, " (see its error)");
   }
-  if (error) std::rethrow_exception(error);
+  if (error) {
+    // The run's record says why it stopped (a full disk, a diverged state), next to its last metrics.
+    if (metrics_) {
+      std::string why = "checkpoint of step " + std::to_string(step_) + " not saved";
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        why += std::string(": ") + e.what();
+      } catch (...) {
+      }
+      try {
+        metrics_->write({{"type", "error"}, {"step", step_}, {"message", why}});
+      } catch (...) {  // the disk that refused the checkpoint may refuse this line too
+      }
+    }
+    std::rethrow_exception(error);
+  }
   if (!lead()) last_checkpoint_ = checkpoint_root(run_dir_) / checkpoint_name(step_);
   progress.message("saved checkpoint " + last_checkpoint_.string());
   return last_checkpoint_;

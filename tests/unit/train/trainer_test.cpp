@@ -199,6 +199,25 @@ TEST_F(TrainerTest, OsciResetFractionalStartIsOfTheScheduleAndResumesBitForBit) 
             sha256_file(tmp_ / "split/checkpoints/step_000012/model.safetensors"));
 }
 
+// optim.lr = 3.4e38 turns the weights non-finite after a step whose loss was still finite: the save of
+// that step is refused (the old code wrote an all-NaN checkpoint and called it the last good one), no
+// partial directory stays, and metrics.jsonl records why the run stopped.
+TEST_F(TrainerTest, DivergedStateIsNotSavedAsAGoodCheckpoint) {
+  RunConfig c = config("diverged", 6);
+  c.optim.lr = 3.4e38;
+  c.optim.warmup = 0;
+  c.train.ckpt_every = 1;
+  const std::string msg = error_of([&] { Trainer(c, quiet()).run(); });
+  EXPECT_THAT(msg, HasSubstr("holds a non-finite value"));
+  EXPECT_THAT(msg, ::testing::Not(HasSubstr("last good checkpoint")));
+  EXPECT_TRUE(list_checkpoints(tmp_ / "diverged").empty());
+  for (const auto& e : fs::directory_iterator(checkpoint_root(tmp_ / "diverged")))
+    EXPECT_EQ(e.path().filename().string().rfind(".tmp-", 0), std::string::npos) << e.path();
+  const auto errors = records(tmp_ / "diverged", "error");
+  ASSERT_FALSE(errors.empty());
+  EXPECT_THAT(errors.front()["message"].get<std::string>(), HasSubstr("non-finite"));
+}
+
 TEST_F(TrainerTest, ResumeRefusesADifferentTraining) {
   Trainer(config("run", 3), quiet()).run();
   auto changed = config("run", 6);
