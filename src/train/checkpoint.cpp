@@ -252,6 +252,16 @@ std::vector<StateTensor> merge_state(const fs::path& dir, const std::vector<From
   return state;
 }
 
+// Leftovers of saves that were killed: temp checkpoint dirs and `latest`'s temp files (never read, since
+// neither is a step_NNNNNN name or `latest`, but they hold disk space).
+void remove_interrupted_saves(const fs::path& root) {
+  const std::string latest_tmp = std::string(kLatestFile) + ".tmp.";
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(kTempPrefix, 0) == 0 || n.rfind(latest_tmp, 0) == 0) fs::remove_all(e.path());
+  }
+}
+
 // Writes the checkpoint's files into `tmp`, moves it into place as root/name, updates `latest` and prunes.
 fs::path write_and_publish(const fs::path& root, const fs::path& tmp, const std::string& name, int64_t step,
                            const TrainingEngine& engine, const nlohmann::json& trainer,
@@ -333,9 +343,7 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEn
             "save_checkpoint: trainer state must carry \"step\": ", step);
   const fs::path root = checkpoint_root(run_dir);
   fs::create_directories(root);
-  // Leftovers of saves that were interrupted.
-  for (const auto& e : fs::directory_iterator(root))
-    if (e.path().filename().string().rfind(kTempPrefix, 0) == 0) fs::remove_all(e.path());
+  remove_interrupted_saves(root);
 
   for (const auto& t : state)
     if (t.dtype == "F32") check_finite("state tensor", t.name, t.bytes);
@@ -353,6 +361,23 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEn
   }
 }
 
+
+void prepare_checkpoint_root(const fs::path& run_dir) {
+  const fs::path root = checkpoint_root(run_dir);
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  FP4_CHECK(!ec && fs::is_directory(root), root.string(), ": cannot create the checkpoint directory: ",
+            ec ? ec.message() : "not a directory");
+  remove_interrupted_saves(root);
+  const fs::path probe = root / (std::string(kTempPrefix) + "probe-" + std::to_string(::getpid()));
+  try {
+    write_file_synced(probe, "probe\n");
+  } catch (const Error& e) {
+    fs::remove(probe, ec);
+    FP4_THROW(root.string(), ": not writable, so no checkpoint could be saved (", e.what(), ")");
+  }
+  fs::remove(probe, ec);
+}
 
 std::vector<fs::path> list_checkpoints(const fs::path& run_dir) {
   const fs::path root = checkpoint_root(run_dir);

@@ -50,6 +50,10 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
                                       const TrainingEngine& engine, const nlohmann::json& trainer,
                                       const std::vector<StateTensor>& state, const SaveOptions& options = {});
 
+// At the start of a run: creates <run dir>/checkpoints, removes what killed saves left there and checks
+// that a file can be written into it, so an unwritable directory is an error before any training.
+void prepare_checkpoint_root(const std::filesystem::path& run_dir);
+
 // The checkpoint `latest` names; nullopt when the run dir has none. Throws fp4::Error when
 // `latest` names a directory that does not exist.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);

@@ -131,6 +131,7 @@ void Trainer::set_up() {
   check_micro_batch_tokens(recipe_, cfg_.data.batch, cfg_.data.seq, dist_.launched ? dist_.world_size : 1);
   schedule_ = make_lr_schedule(cfg_);
 
+  if (lead()) prepare_checkpoint_root(run_dir_);  // unwritable: refused now, not at the first save
   std::optional<Checkpoint> ckpt;
   if (const auto latest = latest_checkpoint(run_dir_)) {
     ckpt = load_checkpoint(*latest);

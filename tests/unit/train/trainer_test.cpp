@@ -218,6 +218,26 @@ TEST_F(TrainerTest, DivergedStateIsNotSavedAsAGoodCheckpoint) {
   EXPECT_THAT(errors.front()["message"].get<std::string>(), HasSubstr("non-finite"));
 }
 
+// A run whose checkpoints cannot be written is refused before its first step (not at its first save),
+// and what killed saves left in checkpoints/ is removed at the start.
+TEST_F(TrainerTest, CheckpointDirectoryIsCheckedAndCleanedAtTheStart) {
+  const fs::path run = tmp_ / "blocked";
+  fs::create_directories(run);
+  write_file_synced(run / "checkpoints", "a file where the directory should be\n");
+  EXPECT_THAT(error_of([&] { Trainer t(config("blocked", 3), quiet()); }),
+              HasSubstr("cannot create the checkpoint directory"));
+  EXPECT_FALSE(fs::exists(run / "metrics.jsonl"));
+
+  const fs::path root = tmp_ / "left/checkpoints";
+  fs::create_directories(root / ".tmp-step_000003-4242");
+  write_file_synced(root / ".tmp-step_000003-4242/model.safetensors", "partial");
+  write_file_synced(root / "latest.tmp.4242", "step_000003\n");
+  Trainer t(config("left", 3), quiet());
+  EXPECT_FALSE(fs::exists(root / ".tmp-step_000003-4242"));
+  EXPECT_FALSE(fs::exists(root / "latest.tmp.4242"));
+  EXPECT_FALSE(t.resumed());
+}
+
 TEST_F(TrainerTest, ResumeRefusesADifferentTraining) {
   Trainer(config("run", 3), quiet()).run();
   auto changed = config("run", 6);
