@@ -103,6 +103,9 @@ LoadedModel load_model(const fs::path& path, const std::string& device) {
 }
 
 EvalResult eval_command(const EvalArgs& args) {
+  constexpr int64_t kMaxBatches = int64_t{1} << 40;  // batches x rows must not overflow
+  FP4_CHECK(args.batches >= 0 && args.batches <= kMaxBatches, "eval --batches must be in [0, ", kMaxBatches,
+            "] (0: every window), got ", args.batches);
   LoadedModel m = load_model(args.checkpoint, args.device);
   LoaderOptions o;
   o.data = args.data.empty() ? m.config.val_dir() : args.data;
