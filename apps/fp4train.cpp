@@ -28,16 +28,29 @@
 
 namespace {
 
+// CLI11 reads "-1" into an unsigned option as 2^64 - 1: a seed must be written as the digits it is.
+const CLI::Validator kUnsignedInteger(
+    [](std::string& s) {
+      if (s.empty() || s.size() > 20 || s.find_first_not_of("0123456789") != std::string::npos ||
+          (s.size() == 20 && s > "18446744073709551615"))
+        return std::string("expected an integer in [0, 2^64 - 1], got '") + s + "'";
+      return std::string();
+    },
+    "UINT64");
+const CLI::Validator kNonEmpty([](std::string& s) { return s.empty() ? std::string("must not be empty") : std::string(); },
+                               "TEXT");
+
+
 void add_train(CLI::App& app, fp4::TrainArgs& a) {
   auto* cmd =
       app.add_subcommand("train", "train a model (no options: the tiny model on the CPU, default corpus)");
   cmd->add_option("--config", a.configs, "run config TOML file; repeat to layer files (later ones win)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--recipe", a.recipe, "recipe preset name or recipe TOML file (sets recipe.name)");
+  cmd->add_option("--recipe", a.recipe, "recipe preset name or recipe TOML file (sets recipe.name)")->check(kNonEmpty);
   cmd->add_option("--set", a.sets, "override one config key: section.key=value (repeatable)");
   cmd->add_flag("--resume", a.resume,
                 "resume from the run directory's latest checkpoint (an error if it has none)");
-  cmd->add_option("--out", a.out, "run directory (sets train.out_dir)");
+  cmd->add_option("--out", a.out, "run directory (sets train.out_dir)")->check(kNonEmpty);
   cmd->add_option("--init-from", a.init_from,
                   "branch from this checkpoint (or run directory's latest): its weights, optimizer state, data "
                   "position and step; the LR schedule's length/decay and the recipe may differ")
@@ -100,7 +113,7 @@ void add_sample(CLI::App& app, fp4::SampleArgs& a) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-k", a.top_k, "sample among the k most likely tokens (0: all)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--seed", a.seed, "random seed of the sampler");
+  cmd->add_option("--seed", a.seed, "random seed of the sampler")->check(kUnsignedInteger);
   cmd->add_option("--device", a.device, "cpu or cuda (default: the device the run trained on)");
   cmd->add_option("--tokenizer", a.tokenizer, "tokenizer spec (default: the run's)");
   cmd->add_option("--ids-out", a.ids_out, "also write the prompt's and the generated token ids there (JSON)");

@@ -57,3 +57,12 @@ if(FP4_HAVE_CUDA)
     set_tests_properties(cuda_all PROPERTIES LABELS cuda)
   endif()
 endif()
+
+# The fuzz test of the fp4train binary (tests/fuzz/fuzz_cli.py, docs/RELIABILITY.md): a seeded corpus of
+# mutated inputs per family, labelled cpu so the CPU suite runs it.
+if(FP4_SYSTEM_PYTHON)
+  add_test(NAME fuzz_cli
+           COMMAND ${FP4_SYSTEM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_cli.py --binary $<TARGET_FILE:fp4train>
+                   --per-family 200 --jobs 2)
+  set_tests_properties(fuzz_cli PROPERTIES LABELS cpu TIMEOUT 600)
+endif()

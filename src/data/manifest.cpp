@@ -28,18 +28,43 @@ T field(const nlohmann::json& j, const char* key, const std::string& where) {
   }
 }
 
+// Reads j[key] as a JSON integer in [lo, hi]: a boolean, a fraction (257.9) or a value that would wrap
+// when narrowed (2^40 as an int32) is an error naming the field and the range.
+int64_t int_field(const nlohmann::json& j, const char* key, const std::string& where, int64_t lo, int64_t hi) {
+  FP4_CHECK(j.is_object() && j.contains(key), where, ": field \"", key, "\" is missing");
+  const auto& v = j.at(key);
+  const bool in_range = (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(hi) &&
+                         static_cast<int64_t>(v.get<uint64_t>()) >= lo) ||
+                        (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() >= lo &&
+                         v.get<int64_t>() <= hi);
+  FP4_CHECK(in_range, where, ": field \"", key, "\" must be an integer in [", lo, ", ", hi, "], got ", v.dump());
+  return v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
+}
+
+constexpr int64_t kMaxCount = int64_t{1} << 62;  // documents, bytes and tokens of a split
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+
 ManifestSplit split_from_json(const nlohmann::json& j, const std::string& where) {
   ManifestSplit s;
-  s.documents = field<int64_t>(j, "documents", where);
-  s.bytes = field<int64_t>(j, "bytes", where);
-  s.tokens = field<int64_t>(j, "tokens", where);
+  s.documents = int_field(j, "documents", where, 0, kMaxCount);
+  s.bytes = int_field(j, "bytes", where, 0, kMaxCount);
+  s.tokens = int_field(j, "tokens", where, 0, kMaxCount);
   auto shards = field<nlohmann::json>(j, "shards", where);
   FP4_CHECK(shards.is_array(), where, ": field \"shards\" is not an array");
   for (size_t i = 0; i < shards.size(); ++i) {
     std::string at = where + ".shards[" + std::to_string(i) + "]";
-    s.shards.push_back({field<std::string>(shards[i], "file", at), field<int64_t>(shards[i], "tokens", at),
-                        field<uint64_t>(shards[i], "payload_fnv1a", at)});
+    FP4_CHECK(shards[i].is_object() && shards[i].contains("payload_fnv1a") &&
+                  shards[i]["payload_fnv1a"].is_number_unsigned(),
+              at, ": field \"payload_fnv1a\" must be an unsigned 64-bit integer");
+    s.shards.push_back({field<std::string>(shards[i], "file", at), int_field(shards[i], "tokens", at, 0, kMaxCount),
+                        shards[i]["payload_fnv1a"].get<uint64_t>()});
   }
+  int64_t sum = 0;
+  for (const auto& sh : s.shards) {
+    FP4_CHECK(sum <= kMaxCount - sh.tokens, where, ": the shards' token counts exceed 2^62");
+    sum += sh.tokens;
+  }
+  FP4_CHECK(sum == s.tokens, where, ": \"tokens\" is ", s.tokens, " but its shards hold ", sum, " tokens");
   return s;
 }
 
@@ -94,12 +119,15 @@ Manifest read_manifest(const std::filesystem::path& dir_or_file) {
     FP4_THROW(where, " is not valid JSON: ", e.what());
   }
   Manifest m;
-  m.format_version = field<int>(j, "format_version", where);
-  FP4_CHECK(m.format_version == 1, where, ": unsupported format_version ", m.format_version);
+  FP4_CHECK(j.is_object() && j.contains("format_version") && j["format_version"].is_number_integer() &&
+                j["format_version"] == 1,
+            where, ": unsupported format_version ", j.is_object() ? j.value("format_version", nlohmann::json()).dump() : "",
+            " (this build reads 1)");
+  m.format_version = 1;
   m.tokenizer = field<std::string>(j, "tokenizer", where);
   m.tokenizer_name = field<std::string>(j, "tokenizer_name", where);
-  m.vocab_size = field<int32_t>(j, "vocab_size", where);
-  m.eot_id = field<int32_t>(j, "eot_id", where);
+  m.vocab_size = static_cast<int32_t>(int_field(j, "vocab_size", where, 1, kMaxVocab));
+  m.eot_id = static_cast<int32_t>(int_field(j, "eot_id", where, 0, m.vocab_size - 1));
   m.inputs = field<std::vector<std::string>>(j, "inputs", where);
   m.val_inputs = field<std::vector<std::string>>(j, "val_inputs", where);
   m.train = split_from_json(field<nlohmann::json>(j, "train", where), where + ": train");

@@ -180,6 +180,12 @@ std::vector<fs::path> expand_inputs(const std::vector<fs::path>& inputs) {
 
 Manifest prepare_shards(const PrepareOptions& o) {
   FP4_CHECK(!o.out_dir.empty(), "prepare: no output directory given");
+  // NaN compares false with every bound, so the ranges are written to fail for it.
+  FP4_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "prepare: val_fraction must be in [0, 1), got ",
+            o.val_fraction);
+  FP4_CHECK(o.val_sample >= 0 && o.val_sample < 1, "prepare: val_sample must be in [0, 1), got ", o.val_sample);
+  FP4_CHECK(o.threads >= 0 && o.threads <= kMaxPrepareThreads, "prepare: threads must be in [0, ",
+            kMaxPrepareThreads, "] (0: all cores), got ", o.threads);
   FP4_CHECK(o.shard_tokens > 0, "prepare: shard_tokens must be positive, got ", o.shard_tokens);
   auto tokenizer = load_tokenizer(o.tokenizer);
   std::vector<Document> docs = plan_documents(o);

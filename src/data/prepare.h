@@ -11,6 +11,8 @@
 
 namespace fp4 {
 
+inline constexpr int kMaxPrepareThreads = 1024;  // tokenizer threads prepare accepts
+
 struct PrepareOptions {
   // Files or directories (searched recursively, in sorted path order). Files ending in .txt are
   // read as they are, .xz through `xz -dc`; other files in a directory are ignored, but a file named
@@ -30,7 +32,7 @@ struct PrepareOptions {
   std::string tokenizer = "bytes";  // a load_tokenizer spec
   std::filesystem::path out_dir;
   int64_t shard_tokens = int64_t{1} << 24;  // tokens per shard file (the last one may hold fewer)
-  int threads = 0;                          // 0: std::thread::hardware_concurrency()
+  int threads = 0;                          // 0: std::thread::hardware_concurrency(); at most kMaxPrepareThreads
   // Large documents are cut into pieces of about this many bytes, only at places where the cut
   // cannot change the GPT-2 pre-tokenization, so the tokens are the same as for the whole file.
   int64_t chunk_bytes = int64_t{1} << 20;

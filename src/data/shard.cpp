@@ -104,13 +104,18 @@ ShardHeader write_shard(const std::filesystem::path& path, std::span<const int32
 
 ShardFile::ShardFile(const std::filesystem::path& path, bool verify_payload) : path_(path) {
   const std::string name = path.string();
-  int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO named as a shard must not block the open until a writer appears.
+  int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   FP4_CHECK(fd >= 0, "cannot open shard ", name, ": ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int e = errno;
     ::close(fd);
     FP4_THROW("cannot stat shard ", name, ": ", std::strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    FP4_THROW("shard ", name, " is not a regular file");
   }
   const auto file_bytes = static_cast<uint64_t>(st.st_size);
   if (file_bytes < kShardHeaderBytes) {
@@ -132,6 +137,11 @@ ShardFile::ShardFile(const std::filesystem::path& path, bool verify_payload) : p
               header_.version, " (this build reads version ", kShardVersion, ")");
     FP4_CHECK(get<uint64_t>(map_ + 40) == fnv1a64({map_, 40}), "shard ", name,
               " has a corrupt header (checksum mismatch)");
+    // The reserved bytes are outside the header checksum: they must read as written, zero.
+    for (const auto& [at, bytes] : {std::pair<size_t, size_t>{28, 4}, {48, 16}})
+      for (size_t i = at; i < at + bytes; ++i)
+        FP4_CHECK(map_[i] == 0, "shard ", name, " has a corrupt header: reserved byte ", i, " is ",
+                  static_cast<int>(map_[i]), ", expected 0");
     header_.token_bytes = get<uint32_t>(map_ + 12);
     header_.token_count = get<uint64_t>(map_ + 16);
     header_.vocab_size = get<uint32_t>(map_ + 24);

@@ -1,20 +1,37 @@
 #include "data/thread_pool.h"
 
+#include <system_error>
+
+#include "core/error.h"
+
 namespace fp4 {
 
 ThreadPool::ThreadPool(int threads) {
   if (threads < 1) threads = 1;
   workers_.reserve(threads);
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { run(); });
+  try {
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { run(); });
+  } catch (const std::system_error& e) {
+    // The system refused a thread: the ones started must be joined before the vector is destroyed
+    // (a joinable std::thread's destructor terminates the process).
+    const size_t started = workers_.size();
+    stop_and_join();
+    FP4_THROW("thread pool: could not start thread ", started + 1, " of ", threads, ": ", e.what());
+  }
 }
 
-ThreadPool::~ThreadPool() {
+void ThreadPool::stop_and_join() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
-  for (auto& w : workers_) w.join();
+  for (auto& w : workers_)
+    if (w.joinable()) w.join();
+}
+
+ThreadPool::~ThreadPool() {
+  stop_and_join();
 }
 
 void ThreadPool::enqueue(std::function<void()> job) {

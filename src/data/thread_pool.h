@@ -14,7 +14,7 @@ namespace fp4 {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads);  // at least one worker
+  explicit ThreadPool(int threads);  // at least one worker; fp4::Error when the system refuses one
   ~ThreadPool();                     // finishes queued jobs, then joins
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -33,6 +33,7 @@ class ThreadPool {
  private:
   void enqueue(std::function<void()> job);
   void run();
+  void stop_and_join();  // lets the queued jobs finish, then joins every started worker
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,5 +1,8 @@
 #include "nn/mlp.h"
 
+#include <limits>
+
+#include "core/error.h"
 #include "ops/ops.h"
 
 namespace fp4 {
@@ -7,6 +10,9 @@ namespace fp4 {
 Mlp::Mlp(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg, const Recipe& recipe,
          int layer, const QuantContext* quant_ctx)
     : cfg_(cfg) {
+  // The fused gate+up projection has 2 x d_ff outputs, an int (the run config bounds d_ff far below this).
+  FP4_CHECK(cfg.d_ff > 0 && cfg.d_ff <= std::numeric_limits<int>::max() / 2, prefix, ": d_ff ", cfg.d_ff,
+            " is out of range (1 .. ", std::numeric_limits<int>::max() / 2, ")");
   gate_up_ = make_linear(params, {prefix + ".w_gate_up", cfg.d_model, 2 * cfg.d_ff,
                                   recipe.policy_for(layer, cfg.n_layers, LinearKind::kGateUp), recipe.name,
                                   linear_id(layer, LinearKind::kGateUp), quant_ctx});

@@ -38,7 +38,8 @@ struct OsciResetReport {
 std::vector<OsciTarget> osci_targets(const std::vector<ParameterInfo>& params, const Recipe& recipe,
                                      int n_layers);
 
-// The first step of the schedule: `start` < 1 is a fraction of total_steps, otherwise a step number.
+// The first step of the schedule: `start` < 1 is a fraction of total_steps (the LR schedule's length, which
+// a stopped and resumed run shares), otherwise a step number.
 int64_t osci_start_step(const OsciResetConfig& cfg, int64_t total_steps);
 
 class OsciReset {

@@ -1,6 +1,7 @@
 #include "recipe/recipe_io.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -28,6 +29,17 @@ int operand_index(const std::string& key, const std::string& origin) {
   FP4_THROW(origin, ": unknown operand 'linear.", key, "' (expected q1..q6)");
 }
 
+// A whole decimal number in [lo, hi]; anything else (a fraction, trailing text, a value that would wrap
+// when narrowed to int) is an error naming `what` and the range.
+int parse_int_in(const std::string& text, long long lo, long long hi, const std::string& where, const char* what) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  FP4_CHECK(!text.empty() && end && *end == '\0' && errno != ERANGE && v >= lo && v <= hi, where, ": expected ",
+            what, ", an integer in [", lo, ", ", hi, "], got '", text, "'");
+  return static_cast<int>(v);
+}
+
 // Sets one QuantSpec field from its text form.
 void set_spec_field(QuantSpec& s, const std::string& field, const std::string& value, const std::string& where) {
   if (field == "format") s.format = parse_quant_format(value, where);
@@ -37,10 +49,7 @@ void set_spec_field(QuantSpec& s, const std::string& field, const std::string& v
   else if (field == "four_over_six") s.four_over_six = parse_four_over_six(value, where);
   else if (field == "source") s.source = parse_quant_source(value, where);
   else if (field == "rht") {
-    char* end = nullptr;
-    const long n = std::strtol(value.c_str(), &end, 10);
-    FP4_CHECK(end && *end == '\0' && !value.empty(), where, ": expected an integer, got '", value, "'");
-    s.rht_n = static_cast<int>(n);
+    s.rht_n = parse_int_in(value, 0, 1 << 16, where, "an RHT size");
   } else if (field == "sr_headroom") {
     FP4_CHECK(value == "true" || value == "false", where, ": expected true or false, got '", value, "'");
     s.sr_headroom = value == "true";
@@ -68,20 +77,32 @@ std::string node_text(const toml::node& n, const std::string& where) {
   FP4_THROW(where, ": expected a string, integer or boolean");
 }
 
+// A block index of bf16_layers: -kMaxBf16Layer..kMaxBf16Layer (negative counts from the last block); the
+// model's own bound is checked where the recipe meets the model (check_bf16_layers).
+constexpr int kMaxBf16Layer = 1 << 20;
+
+// "[0, -1]", "0,-1" or "[]": comma-separated integers, optionally in brackets. Spaces only around items,
+// so "[1 0]" is an error rather than the block 10.
 std::vector<int> parse_layer_list(const std::string& text, const std::string& where) {
+  const auto trim = [](std::string s) {
+    const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  };
+  std::string s = trim(text);
+  if (!s.empty() && s.front() == '[') {
+    FP4_CHECK(s.back() == ']' && s.size() >= 2, where, ": '", text, "' lacks its closing ']'");
+    s = trim(s.substr(1, s.size() - 2));
+  }
   std::vector<int> out;
-  std::string s;
-  for (char c : text)
-    if (c != '[' && c != ']' && c != ' ') s += c;
+  if (s.empty()) return out;
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    FP4_CHECK(end && *end == '\0', where, ": '", item, "' is not a block index");
-    out.push_back(static_cast<int>(v));
+    item = trim(item);
+    FP4_CHECK(!item.empty(), where, ": empty entry in '", text, "' (expected block indices, e.g. [0, -1])");
+    out.push_back(parse_int_in(item, -kMaxBf16Layer, kMaxBf16Layer, where, "a block index"));
   }
+  FP4_CHECK(s.back() != ',', where, ": trailing ',' in '", text, "'");
   return out;
 }
 
@@ -99,6 +120,8 @@ void set_osci_field(OsciResetConfig& c, const std::string& field, const std::str
     const double v = std::strtod(value.c_str(), &end);
     FP4_CHECK(!value.empty() && *end == '\0' && std::isfinite(v) && v > 0, where,
               ": expected a positive number, got '", value, "'");
+    FP4_CHECK(field != "start" || v <= 1e12, where,
+              ": expected a fraction of the schedule (< 1) or a step number up to 1e12, got '", value, "'");
     (field == "threshold" ? c.threshold : c.start) = v;
   } else if (field == "track_fraction") {
     const double v = std::strtod(value.c_str(), &end);
@@ -214,9 +237,11 @@ void apply_recipe_table(Recipe& r, const toml::table& tbl, const std::string& or
       FP4_CHECK(arr, where, ": expected an array of block indices, e.g. [0, -1]");
       r.bf16_layers.clear();
       for (const auto& el : *arr) {
-        auto v = el.value<int64_t>();
-        FP4_CHECK(v.has_value(), where, ": entries must be integers");
-        r.bf16_layers.push_back(static_cast<int>(*v));
+        FP4_CHECK(el.is_integer(), where, ": entries must be integers (block indices, e.g. [0, -1])");
+        const int64_t v = *el.value<int64_t>();
+        FP4_CHECK(v >= -kMaxBf16Layer && v <= kMaxBf16Layer, where, ": block index ", v, " is out of range [",
+                  -kMaxBf16Layer, ", ", kMaxBf16Layer, "]");
+        r.bf16_layers.push_back(static_cast<int>(v));
       }
     } else if (key == "linear") {
       const toml::table* lin = node.as_table();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <future>
@@ -33,12 +34,31 @@ constexpr const char* kTempPrefix = ".tmp-";
 int64_t step_of(const std::string& name) {
   constexpr std::string_view kPrefix = "step_";
   if (name.rfind(kPrefix, 0) != 0 || name.size() == kPrefix.size()) return -1;
+  if (name.size() - kPrefix.size() > 18) return -1;  // more digits than an int64 step holds
   int64_t v = 0;
   for (size_t i = kPrefix.size(); i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return -1;
     v = v * 10 + (name[i] - '0');
   }
   return v;
+}
+
+// The index of the first non-finite value of F32 bytes, or -1.
+int64_t first_non_finite(std::span<const uint8_t> bytes) {
+  const size_t n = bytes.size() / sizeof(float);
+  for (size_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, bytes.data() + i * sizeof(float), sizeof v);
+    if (!std::isfinite(v)) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+// A checkpoint is a run's last good state: one holding NaN or infinity could not be resumed.
+void check_finite(const std::string& what, const std::string& name, std::span<const uint8_t> bytes) {
+  const int64_t i = first_non_finite(bytes);
+  FP4_CHECK(i < 0, what, " '", name, "' holds a non-finite value at element ", i,
+            ": the training diverged; a checkpoint of this state would not be a good one");
 }
 
 // The state tensors that are byte-identical copies of a parameter (same name, F32, same shape, same
@@ -83,12 +103,15 @@ FileDigest write_model_file(const fs::path& path, const TrainingEngine& engine,
   std::vector<float> buffer(static_cast<size_t>(largest));
   for (const auto& p : params) {
     if (const auto it = copies.find(p.name); it != copies.end()) {
+      check_finite("parameter", p.name, it->second->bytes);
       out.write(it->second->bytes);
       continue;
     }
     const auto values = std::span(buffer).first(static_cast<size_t>(p.numel()));
     engine.read_parameter(p.name, values);
-    out.write({reinterpret_cast<const uint8_t*>(values.data()), values.size_bytes()});
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(values.data()), values.size_bytes());
+    check_finite("parameter", p.name, bytes);
+    out.write(bytes);
   }
   return out.finish();
 }
@@ -158,6 +181,25 @@ std::vector<StateTensor> read_verified_tensors(const fs::path& path, const nlohm
   return std::move(read.content.tensors);
 }
 
+// trainer.json's counters: whole numbers in range (1.5 or 2^64 tokens would be truncated or wrapped when
+// read), and a finite elapsed time.
+void check_trainer_fields(const fs::path& path, const nlohmann::json& trainer) {
+  const auto whole = [&](const char* key) {
+    FP4_CHECK(trainer.contains(key), path.string(), ": missing field \"", key, "\"");
+    const auto& v = trainer[key];
+    FP4_CHECK((v.is_number_unsigned() && v.get<uint64_t>() <= (uint64_t{1} << 62)) ||
+                  (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() == 0),
+              path.string(), ": \"", key, "\" must be an integer in [0, 2^62], got ", v.dump());
+  };
+  whole("step");
+  if (trainer.contains("tokens")) whole("tokens");
+  if (trainer.contains("elapsed")) {
+    const auto& e = trainer["elapsed"];
+    FP4_CHECK(e.is_number() && std::isfinite(e.get<double>()) && e.get<double>() >= 0, path.string(),
+              ": \"elapsed\" must be a finite number of seconds >= 0, got ", e.dump());
+  }
+}
+
 // A version-2 manifest's "state_from_model": [{"name", "index"}, ...], indices increasing.
 struct FromModel {
   std::string name;
@@ -210,41 +252,23 @@ std::vector<StateTensor> merge_state(const fs::path& dir, const std::vector<From
   return state;
 }
 
-}  // namespace
-
-fs::path checkpoint_root(const fs::path& run_dir) {
-  return run_dir / "checkpoints";
+// Leftovers of saves that were killed: temp checkpoint dirs and `latest`'s temp files (never read, since
+// neither is a step_NNNNNN name or `latest`, but they hold disk space).
+void remove_interrupted_saves(const fs::path& root) {
+  const std::string latest_tmp = std::string(kLatestFile) + ".tmp.";
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(kTempPrefix, 0) == 0 || n.rfind(latest_tmp, 0) == 0) fs::remove_all(e.path());
+  }
 }
 
-std::string checkpoint_name(int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "step_%06lld", static_cast<long long>(step));
-  return buf;
-}
-
-fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEngine& engine,
-                         const nlohmann::json& trainer, const SaveOptions& options) {
-  return save_checkpoint(run_dir, step, engine, trainer, engine.save_state(), options);
-}
-
-fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEngine& engine,
-                         const nlohmann::json& trainer, const std::vector<StateTensor>& state,
-                         const SaveOptions& options) {
-  FP4_CHECK(step >= 0, "save_checkpoint: negative step ", step);
-  FP4_CHECK(trainer.is_object() && trainer.contains("step") && trainer["step"] == step,
-            "save_checkpoint: trainer state must carry \"step\": ", step);
-  const auto stage = [&](const char* name) {
-    if (options.after_stage) options.after_stage(name);
+// Writes the checkpoint's files into `tmp`, moves it into place as root/name, updates `latest` and prunes.
+fs::path write_and_publish(const fs::path& root, const fs::path& tmp, const std::string& name, int64_t step,
+                           const TrainingEngine& engine, const nlohmann::json& trainer,
+                           const std::vector<StateTensor>& state, const SaveOptions& options) {
+  const auto stage = [&](const char* stage_name) {
+    if (options.after_stage) options.after_stage(stage_name);
   };
-  const fs::path root = checkpoint_root(run_dir);
-  fs::create_directories(root);
-  // Leftovers of saves that were interrupted.
-  for (const auto& e : fs::directory_iterator(root))
-    if (e.path().filename().string().rfind(kTempPrefix, 0) == 0) fs::remove_all(e.path());
-
-  const std::string name = checkpoint_name(step);
-  const fs::path tmp = root / (kTempPrefix + name + "-" + std::to_string(::getpid()));
-  fs::create_directory(tmp);
 
   // Version 2: the state's copies of parameters are not written to the state file; the manifest lists
   // them with their places in the state, and loading takes them from model.safetensors.
@@ -289,8 +313,70 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEn
   stage("renamed");
   write_file_atomically(root / kLatestFile, name + "\n");
   stage("latest");
-  prune(run_dir, options.keep_last, final_dir);
+  prune(root.parent_path(), options.keep_last, final_dir);
   return final_dir;
+}
+
+
+}  // namespace
+
+fs::path checkpoint_root(const fs::path& run_dir) {
+  return run_dir / "checkpoints";
+}
+
+std::string checkpoint_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%06lld", static_cast<long long>(step));
+  return buf;
+}
+
+fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEngine& engine,
+                         const nlohmann::json& trainer, const SaveOptions& options) {
+  return save_checkpoint(run_dir, step, engine, trainer, engine.save_state(), options);
+}
+
+fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEngine& engine,
+                         const nlohmann::json& trainer, const std::vector<StateTensor>& state,
+                         const SaveOptions& options) {
+  FP4_CHECK(step >= 0, "save_checkpoint: negative step ", step);
+  FP4_CHECK(trainer.is_object() && trainer.contains("step") && trainer["step"] == step,
+            "save_checkpoint: trainer state must carry \"step\": ", step);
+  const fs::path root = checkpoint_root(run_dir);
+  fs::create_directories(root);
+  remove_interrupted_saves(root);
+
+  for (const auto& t : state)
+    if (t.dtype == "F32") check_finite("state tensor", t.name, t.bytes);
+
+  const std::string name = checkpoint_name(step);
+  const fs::path tmp = root / (kTempPrefix + name + "-" + std::to_string(::getpid()));
+  fs::create_directory(tmp);
+  try {
+    return write_and_publish(root, tmp, name, step, engine, trainer, state, options);
+  } catch (...) {
+    // A failed save (a full disk, a non-finite parameter) leaves no partial directory behind.
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+
+void prepare_checkpoint_root(const fs::path& run_dir) {
+  const fs::path root = checkpoint_root(run_dir);
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  FP4_CHECK(!ec && fs::is_directory(root), root.string(), ": cannot create the checkpoint directory: ",
+            ec ? ec.message() : "not a directory");
+  remove_interrupted_saves(root);
+  const fs::path probe = root / (std::string(kTempPrefix) + "probe-" + std::to_string(::getpid()));
+  try {
+    write_file_synced(probe, "probe\n");
+  } catch (const Error& e) {
+    fs::remove(probe, ec);
+    FP4_THROW(root.string(), ": not writable, so no checkpoint could be saved (", e.what(), ")");
+  }
+  fs::remove(probe, ec);
 }
 
 std::vector<fs::path> list_checkpoints(const fs::path& run_dir) {
@@ -386,12 +472,21 @@ Checkpoint load_checkpoint(const fs::path& dir, bool with_state) {
   FP4_CHECK(ckpt.trainer["step"] == manifest.value("step", int64_t{-1}), trainer_path.string(), ": step ",
             ckpt.trainer["step"].dump(), " disagrees with the manifest's ",
             manifest.value("step", int64_t{-1}));
+  check_trainer_fields(trainer_path, ckpt.trainer);
   return ckpt;
 }
 
 void load_parameters(TrainingEngine& engine, const Checkpoint& ckpt) {
   const std::string file = (ckpt.dir / kModelFile).string();
-  for (const auto& p : engine.parameters()) {
+  const std::vector<ParameterInfo> params = engine.parameters();
+  // A tensor the model lacks (a third block's weights on a 2-layer model) means the checkpoint is of
+  // another model: loading the rest would use a cut of it.
+  std::set<std::string> known;
+  for (const auto& p : params) known.insert(p.name);
+  for (const auto& t : ckpt.model)
+    FP4_CHECK(known.contains(t.name), file, ": tensor '", t.name, "' is not a parameter of model '",
+              engine.config().name, "' (", engine.config().n_layers, " blocks): the checkpoint is of another model");
+  for (const auto& p : params) {
     const auto it = std::find_if(ckpt.model.begin(), ckpt.model.end(),
                                  [&](const StateTensor& t) { return t.name == p.name; });
     FP4_CHECK(it != ckpt.model.end(), file, ": tensor '", p.name, "' is missing");
@@ -402,8 +497,24 @@ void load_parameters(TrainingEngine& engine, const Checkpoint& ckpt) {
   }
 }
 
+void check_optimizer_state(const Checkpoint& ckpt) {
+  const std::string file = (ckpt.dir / kStateFile).string();
+  for (const auto& t : ckpt.state) {
+    if (t.dtype == "F32") check_finite(file + ": state tensor", t.name, t.bytes);
+    const bool step_count = t.name == "adamw.step" || t.name == "qadamw.step";
+    if (!step_count) continue;
+    FP4_CHECK(t.dtype == "I64" && t.bytes.size() == sizeof(int64_t), file, ": '", t.name,
+              "' must be one I64 value, got ", t.dtype, " of ", t.bytes.size(), " bytes");
+    int64_t count = 0;
+    std::memcpy(&count, t.bytes.data(), sizeof count);
+    FP4_CHECK(count == ckpt.step(), file, ": '", t.name, "' counts ", count, " optimizer steps, but ",
+              kTrainerFile, " is at step ", ckpt.step(), ": the state does not belong to this checkpoint");
+  }
+}
+
 void restore_engine(TrainingEngine& engine, const Checkpoint& ckpt) {
   FP4_CHECK(!ckpt.state.empty(), (ckpt.dir / kStateFile).string(), ": no state loaded");
+  check_optimizer_state(ckpt);
   load_parameters(engine, ckpt);
   try {
     engine.load_state(ckpt.state);

@@ -39,6 +39,8 @@ struct SaveOptions {
 
 // Saves the engine's parameters and state with `trainer` as trainer.json (its "step" must equal
 // `step`); returns the checkpoint directory.
+// Refuses (fp4::Error naming the tensor) a parameter or F32 state tensor holding NaN or infinity; a
+// failed save removes its temporary directory.
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step,
                                       const TrainingEngine& engine, const nlohmann::json& trainer,
                                       const SaveOptions& options = {});
@@ -47,6 +49,10 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step,
                                       const TrainingEngine& engine, const nlohmann::json& trainer,
                                       const std::vector<StateTensor>& state, const SaveOptions& options = {});
+
+// At the start of a run: creates <run dir>/checkpoints, removes what killed saves left there and checks
+// that a file can be written into it, so an unwritable directory is an error before any training.
+void prepare_checkpoint_root(const std::filesystem::path& run_dir);
 
 // The checkpoint `latest` names; nullopt when the run dir has none. Throws fp4::Error when
 // `latest` names a directory that does not exist.
@@ -71,9 +77,13 @@ struct Checkpoint {
 Checkpoint load_checkpoint(const std::filesystem::path& dir, bool with_state = true);
 
 // Writes the checkpoint's parameters into the engine, checking that every engine parameter is
-// present with the same shape (errors name the checkpoint file and the tensor).
+// present with the same shape and that the checkpoint holds no other tensor (errors name the checkpoint
+// file and the tensor).
 void load_parameters(TrainingEngine& engine, const Checkpoint& ckpt);
-// Restores parameters and the full engine state (load_parameters, then load_state).
+// Throws fp4::Error naming state.safetensors when a state tensor holds a non-finite F32 value or an
+// optimizer step count ("adamw.step", "qadamw.step") differs from the checkpoint's step.
+void check_optimizer_state(const Checkpoint& ckpt);
+// Restores parameters and the full engine state (check_optimizer_state, load_parameters, load_state).
 void restore_engine(TrainingEngine& engine, const Checkpoint& ckpt);
 
 }  // namespace fp4

@@ -94,6 +94,7 @@ LoadedModel load_model(const fs::path& path, const std::string& device) {
   m.config = run_config_from_json(ckpt.trainer["config"], trainer_file);
   if (!device.empty()) apply_overrides(m.config, {"train.device=" + device});
   m.recipe = parse_recipe(ckpt.trainer["recipe_toml"].get<std::string>(), trainer_file + " (recipe_toml)");
+  check_bf16_layers(m.recipe, m.config.model);
   try {
     m.engine = make_engine(m.config, m.recipe);
   } catch (const Error& e) {
@@ -139,6 +140,9 @@ void eval_suite(LoadedModel& m, const Manifest& manifest, const EvalArgs& args, 
 }  // namespace
 
 EvalResult eval_command(const EvalArgs& args) {
+  constexpr int64_t kMaxBatches = int64_t{1} << 40;  // batches x rows must not overflow
+  FP4_CHECK(args.batches >= 0 && args.batches <= kMaxBatches, "eval --batches must be in [0, ", kMaxBatches,
+            "] (0: every window), got ", args.batches);
   LoadedModel m = load_model(args.checkpoint, args.device);
   LoaderOptions o;
   o.data = args.data.empty() ? m.config.val_dir() : args.data;

@@ -137,11 +137,14 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view t
 }
 
 std::string read_file(const std::filesystem::path& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK so that a FIFO in the file's place is refused instead of blocking the open.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   FP4_CHECK(fd.get() >= 0, path.string(), ": missing or unreadable: ", errno_text());
   struct stat st {};
   FP4_CHECK(::fstat(fd.get(), &st) == 0, path.string(), ": fstat failed: ", errno_text());
   FP4_CHECK(!S_ISDIR(st.st_mode), path.string(), ": missing or unreadable: is a directory");
+  FP4_CHECK(S_ISREG(st.st_mode) || path.string().rfind("/proc/", 0) == 0, path.string(),
+            ": not a regular file");
   std::string out(static_cast<size_t>(std::max<off_t>(st.st_size, 0)), '\0');
   size_t got = 0;
   while (got < out.size()) {

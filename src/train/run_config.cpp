@@ -71,9 +71,18 @@ T convert(const Value& v, const std::string& where) {
     if (!std::holds_alternative<std::string>(v)) wrong();
     return std::get<std::string>(v);
   } else if constexpr (kind == Kind::kFloat) {
-    if (std::holds_alternative<int64_t>(v)) return static_cast<T>(std::get<int64_t>(v));
-    if (!std::holds_alternative<double>(v)) wrong();
-    return static_cast<T>(std::get<double>(v));
+    double d = 0;
+    if (std::holds_alternative<int64_t>(v))
+      d = static_cast<double>(std::get<int64_t>(v));
+    else if (std::holds_alternative<double>(v))
+      d = std::get<double>(v);
+    else
+      wrong();
+    // A finite value beyond the member's range would become infinity (or be undefined to convert).
+    FP4_CHECK(!std::isfinite(d) || std::abs(d) <= static_cast<double>(std::numeric_limits<T>::max()), where,
+              " is out of range: ", d, " (a ", sizeof(T) == 4 ? "32" : "64", "-bit float holds at most ",
+              std::numeric_limits<T>::max(), ")");
+    return static_cast<T>(d);
   } else {
     int64_t i = 0;
     if (std::holds_alternative<int64_t>(v)) {
@@ -378,7 +387,10 @@ Value value_from_json(const nlohmann::json& j, const std::string& where) {
 
 int64_t RunConfig::schedule_steps() const {
   if (optim.total_steps > 0) return optim.total_steps;
-  if (optim.total_tokens > 0) return (optim.total_tokens + tokens_per_step() - 1) / tokens_per_step();
+  if (optim.total_tokens > 0) {  // rounded up, without the overflow of total_tokens + tokens_per_step - 1
+    const int64_t per_step = tokens_per_step();
+    return optim.total_tokens / per_step + (optim.total_tokens % per_step != 0 ? 1 : 0);
+  }
   return train.steps;
 }
 
@@ -429,25 +441,44 @@ void validate(const RunConfig& c) {
   } catch (const Error& e) {
     FP4_THROW("[model] ", e.what());
   }
+  const auto& m = c.model;
+  FP4_CHECK(m.n_layers <= kMaxLayers, "model.n_layers must be at most ", kMaxLayers, ", got ", m.n_layers);
+  FP4_CHECK(m.d_model <= kMaxWidth, "model.d_model must be at most ", kMaxWidth, ", got ", m.d_model);
+  FP4_CHECK(m.d_ff <= kMaxWidth, "model.d_ff must be at most ", kMaxWidth, ", got ", m.d_ff);
+  FP4_CHECK(m.vocab_size <= kMaxVocab, "model.vocab_size must be at most ", kMaxVocab, ", got ", m.vocab_size);
+  FP4_CHECK(m.max_seq_len <= kMaxSeqLen, "model.max_seq_len must be at most ", kMaxSeqLen, ", got ",
+            m.max_seq_len);
+  FP4_CHECK(m.parameter_count() <= kMaxParameters, "[model] has ", m.parameter_count(),
+            " parameters; at most ", kMaxParameters, " are accepted (model.n_layers, d_model, d_ff, vocab_size)");
   const auto& d = c.data;
   FP4_CHECK(!d.train_dir.empty(), "data.train_dir must not be empty");
-  FP4_CHECK(d.batch > 0, "data.batch must be positive, got ", d.batch);
+  FP4_CHECK(d.batch > 0 && d.batch <= kMaxRows, "data.batch must be in [1, ", kMaxRows, "], got ", d.batch);
   FP4_CHECK(d.seq > 0, "data.seq must be positive, got ", d.seq);
   FP4_CHECK(d.seq <= c.model.max_seq_len, "data.seq ", d.seq, " exceeds model.max_seq_len ",
             c.model.max_seq_len);
-  FP4_CHECK(d.grad_accum > 0, "data.grad_accum must be positive, got ", d.grad_accum);
+  FP4_CHECK(d.grad_accum > 0 && d.grad_accum <= kMaxRows, "data.grad_accum must be in [1, ", kMaxRows, "], got ",
+            d.grad_accum);
+  FP4_CHECK(int64_t{d.batch} * d.seq <= kMaxMicroBatchTokens, "data.batch x data.seq = ",
+            int64_t{d.batch} * d.seq, " tokens per micro-batch; at most ", kMaxMicroBatchTokens, " are accepted");
   const auto& o = c.optim;
-  FP4_CHECK(o.lr > 0 && std::isfinite(o.lr), "optim.lr must be a positive number, got ", o.lr);
+  // The engine computes in FP32: each hyperparameter must be a finite float.
+  const auto finite_float = [](double v) { return std::isfinite(v) && std::abs(v) <= 3.4028234663852886e38; };
+  FP4_CHECK(o.lr > 0 && finite_float(o.lr), "optim.lr must be a positive finite number, got ", o.lr);
   FP4_CHECK(o.beta1 >= 0 && o.beta1 < 1, "optim.beta1 must be in [0, 1), got ", o.beta1);
   FP4_CHECK(o.beta2 >= 0 && o.beta2 < 1, "optim.beta2 must be in [0, 1), got ", o.beta2);
-  FP4_CHECK(o.eps > 0, "optim.eps must be positive, got ", o.eps);
-  FP4_CHECK(o.weight_decay >= 0, "optim.weight_decay must not be negative, got ", o.weight_decay);
-  FP4_CHECK(std::isfinite(o.grad_clip), "optim.grad_clip must be finite (<= 0 disables clipping)");
+  FP4_CHECK(o.eps > 0 && o.eps <= 1, "optim.eps must be in (0, 1], got ", o.eps);
+  FP4_CHECK(o.weight_decay >= 0 && finite_float(o.weight_decay),
+            "optim.weight_decay must be a finite number >= 0, got ", o.weight_decay);
+  FP4_CHECK(finite_float(o.grad_clip), "optim.grad_clip must be finite (<= 0 disables clipping), got ",
+            o.grad_clip);
   FP4_CHECK(o.schedule == "cosine" || o.schedule == "wsd" || o.schedule == "constant",
             "optim.schedule must be cosine, wsd or constant, got '", o.schedule, "'");
-  FP4_CHECK(o.warmup >= 0, "optim.warmup must not be negative, got ", o.warmup);
-  FP4_CHECK(o.total_steps >= 0, "optim.total_steps must not be negative, got ", o.total_steps);
-  FP4_CHECK(o.total_tokens >= 0, "optim.total_tokens must not be negative, got ", o.total_tokens);
+  FP4_CHECK(o.warmup >= 0 && o.warmup <= kMaxSteps, "optim.warmup must be in [0, ", kMaxSteps, "], got ",
+            o.warmup);
+  FP4_CHECK(o.total_steps >= 0 && o.total_steps <= kMaxSteps, "optim.total_steps must be in [0, ", kMaxSteps,
+            "] (0: from total_tokens or train.steps), got ", o.total_steps);
+  FP4_CHECK(o.total_tokens >= 0 && o.total_tokens <= kMaxTokens, "optim.total_tokens must be in [0, ",
+            kMaxTokens, "], got ", o.total_tokens);
   FP4_CHECK(o.final_ratio >= 0 && o.final_ratio <= 1, "optim.final_ratio must be in [0, 1], got ",
             o.final_ratio);
   FP4_CHECK(o.decay_fraction > 0 && o.decay_fraction <= 1, "optim.decay_fraction must be in (0, 1], got ",
@@ -455,7 +486,9 @@ void validate(const RunConfig& c) {
   FP4_CHECK(o.decay_shape == "linear" || o.decay_shape == "1-sqrt",
             "optim.decay_shape must be linear or 1-sqrt, got '", o.decay_shape, "'");
   const auto& t = c.train;
-  FP4_CHECK(t.steps > 0, "train.steps must be positive, got ", t.steps);
+  FP4_CHECK(t.steps > 0 && t.steps <= kMaxSteps, "train.steps must be in [1, ", kMaxSteps, "], got ", t.steps);
+  FP4_CHECK(t.steps <= kMaxTokens / c.tokens_per_step(), "train.steps ", t.steps, " x ", c.tokens_per_step(),
+            " tokens per step exceeds the token counter's ", kMaxTokens);
   FP4_CHECK(t.log_every > 0, "train.log_every must be positive, got ", t.log_every);
   FP4_CHECK(t.eval_every >= 0, "train.eval_every must not be negative (0: only at the end)");
   FP4_CHECK(t.eval_batches >= 0, "train.eval_batches must not be negative (0: the whole split)");
@@ -465,6 +498,8 @@ void validate(const RunConfig& c) {
   FP4_CHECK(t.device == "cpu" || t.device == "cuda", "train.device must be cpu or cuda, got '", t.device,
             "'");
   FP4_CHECK(!c.recipe.name.empty(), "recipe.name must not be empty");
+  FP4_CHECK(c.schedule_steps() <= kMaxSteps, "optim.total_tokens ", o.total_tokens, " makes a schedule of ",
+            c.schedule_steps(), " steps; at most ", kMaxSteps, " are accepted");
   FP4_CHECK(o.warmup <= c.schedule_steps(), "optim.warmup ", o.warmup, " is longer than the schedule (",
             c.schedule_steps(), " steps)");
   try {
@@ -472,6 +507,13 @@ void validate(const RunConfig& c) {
   } catch (const Error& e) {
     FP4_THROW("[optim] ", e.what());
   }
+}
+
+void check_bf16_layers(const Recipe& recipe, const ModelConfig& model) {
+  for (const int l : recipe.bf16_layers)
+    FP4_CHECK(l >= -model.n_layers && l < model.n_layers, "recipe '", recipe.name, "': bf16_layers names block ",
+              l, ", but model '", model.name, "' has ", model.n_layers, " blocks (accepted: ", -model.n_layers,
+              " .. ", model.n_layers - 1, ")");
 }
 
 LrSchedule make_lr_schedule(const RunConfig& cfg) {

@@ -11,6 +11,7 @@
 
 #include "model/config.h"
 #include "optim/schedule.h"
+#include "recipe/recipe.h"
 
 namespace fp4 {
 
@@ -81,6 +82,18 @@ struct RunConfig {
   std::string val_dir() const { return data.val_dir.empty() ? data.train_dir : data.val_dir; }
 };
 
+// The sizes validate() accepts: beyond them a config is refused naming the field, before any integer
+// arithmetic on them could overflow or an allocation could fail.
+inline constexpr int kMaxLayers = 1024;                   // model.n_layers
+inline constexpr int kMaxWidth = 1 << 18;                 // model.d_model, model.d_ff
+inline constexpr int kMaxVocab = 1 << 24;                 // model.vocab_size
+inline constexpr int kMaxSeqLen = 1 << 20;                // model.max_seq_len
+inline constexpr int64_t kMaxParameters = int64_t{1} << 36;  // model parameter count
+inline constexpr int kMaxRows = 1 << 20;                  // data.batch, data.grad_accum
+inline constexpr int64_t kMaxMicroBatchTokens = int64_t{1} << 26;  // data.batch x data.seq
+inline constexpr int64_t kMaxSteps = 1'000'000'000'000;   // train.steps, optim.warmup, optim.total_steps
+inline constexpr int64_t kMaxTokens = int64_t{1} << 62;   // optim.total_tokens, train.steps x tokens per step
+
 // The built-in defaults: the `tiny` CPU run (configs/runs/tiny.toml holds the same values).
 RunConfig default_run_config();
 
@@ -100,6 +113,10 @@ void apply_overrides(RunConfig& cfg, const std::vector<std::string>& overrides);
 
 // Throws fp4::Error naming the field when a value is out of range or inconsistent.
 void validate(const RunConfig& cfg);
+
+// Throws fp4::Error naming the recipe when its bf16_layers name a block the model does not have (an index
+// i must satisfy -n_layers <= i < n_layers; negative ones count from the last block).
+void check_bf16_layers(const Recipe& recipe, const ModelConfig& model);
 
 // The LR schedule of a run config (peak optim.lr over cfg.schedule_steps()); throws fp4::Error when
 // the [optim] keys do not make a valid schedule.

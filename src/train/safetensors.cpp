@@ -27,9 +27,13 @@ constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 // Tensor data is read (and hashed) in pieces of this size, each hashed while still in cache.
 constexpr size_t kReadPiece = size_t{1} << 20;
 
+// The element count, or -1 when it exceeds 2^56 (8-byte elements then still fit in 64 bits; a header naming a [2^32, 2^32] tensor must not overflow).
 int64_t element_count(const std::vector<int64_t>& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    if (d < 0 || (d > 0 && n > (int64_t{1} << 56) / d)) return -1;
+    n *= d;
+  }
   return n;
 }
 
@@ -59,6 +63,7 @@ size_t safetensors_dtype_size(const std::string& dtype) {
 uint64_t safetensors_data_bytes(const SafetensorsEntry& entry, const std::filesystem::path& path) {
   for (int64_t d : entry.shape)
     FP4_CHECK(d >= 0, path.string(), ": tensor '", entry.name, "' has a negative dimension");
+  FP4_CHECK(element_count(entry.shape) >= 0, path.string(), ": tensor '", entry.name, "' has more than 2^56 elements");
   size_t elem = 0;
   try {
     elem = safetensors_dtype_size(entry.dtype);
@@ -201,9 +206,12 @@ SafetensorsContent parse_header(std::string_view text, uint64_t data_bytes, cons
       FP4_THROW(where, ": ", e.what());
     }
     for (const auto& d : entry["shape"]) {
-      FP4_CHECK(d.is_number_unsigned(), where, ": shape entries must be non-negative integers");
+      FP4_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= (uint64_t{1} << 62), where,
+                ": shape entries must be integers in [0, 2^62], got ", d.dump());
       t.shape.push_back(d.get<int64_t>());
     }
+    FP4_CHECK(element_count(t.shape) >= 0, where, ": shape ", shape_text(t.shape),
+              " has more than 2^56 elements");
     const auto& off = entry["data_offsets"];
     FP4_CHECK(off[0].is_number_unsigned() && off[1].is_number_unsigned(), where,
               ": data_offsets must be integers");
@@ -248,7 +256,7 @@ SafetensorsContent parse_header(std::string_view text, uint64_t data_bytes, cons
 SafetensorsContent read_into_tensors(const std::filesystem::path& path, Sha256* hasher,
                                      uint64_t* file_bytes) {
   const std::string file = path.string();
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // a FIFO is refused, not waited on
   FP4_CHECK(fd.get() >= 0, file, ": missing or unreadable: ", std::strerror(errno));
   struct stat st {};
   FP4_CHECK(::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode), file, ": not a readable regular file");

@@ -129,9 +129,11 @@ int Trainer::agreed_stop_signal() {
 void Trainer::set_up() {
   recipe_ = load_run_recipe(cfg_.recipe);
   recipe_toml_ = to_toml(recipe_);
+  check_bf16_layers(recipe_, cfg_.model);
   check_micro_batch_tokens(recipe_, cfg_.data.batch, cfg_.data.seq, dist_.launched ? dist_.world_size : 1);
   schedule_ = make_lr_schedule(cfg_);
 
+  if (lead()) prepare_checkpoint_root(run_dir_);  // unwritable: refused now, not at the first save
   std::optional<Checkpoint> ckpt;
   const auto latest = latest_checkpoint(run_dir_);
   const bool resumed_own = latest.has_value();
@@ -181,7 +183,8 @@ void Trainer::set_up() {
     // The single-process CUDA engine runs the per-element work on the GPU; other engines, and data-parallel
     // runs, use the host form (docs/OSCI_RESET.md).
     auto* device_form = dynamic_cast<OsciBackendSource*>(engine_.get());
-    osci_ = std::make_unique<OsciReset>(recipe_.osci_reset, cfg_.train.steps,
+    // A fractional start is of the schedule's length, which a resumed run shares (train.steps may differ).
+    osci_ = std::make_unique<OsciReset>(recipe_.osci_reset, cfg_.schedule_steps(),
                                         osci_targets(engine_->parameters(), recipe_, cfg_.model.n_layers),
                                         device_form ? device_form->make_osci_backend() : nullptr);
     log("osci_reset: the " + osci_->backend().where() + " form tracks the weights");
@@ -289,7 +292,23 @@ fs::path Trainer::save(Progress& progress) {
     comm_->host_all_reduce_sum(&failed, 1, CommType::kF64);
     FP4_CHECK(failed == 0 || lead(), "rank 0 could not save the checkpoint of step ", step_, " (see its error)");
   }
-  if (error) std::rethrow_exception(error);
+  if (error) {
+    // The run's record says why it stopped (a full disk, a diverged state), next to its last metrics.
+    if (metrics_) {
+      std::string why = "checkpoint of step " + std::to_string(step_) + " not saved";
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        why += std::string(": ") + e.what();
+      } catch (...) {
+      }
+      try {
+        metrics_->write({{"type", "error"}, {"step", step_}, {"message", why}});
+      } catch (...) {  // the disk that refused the checkpoint may refuse this line too
+      }
+    }
+    std::rethrow_exception(error);
+  }
   if (!lead()) last_checkpoint_ = checkpoint_root(run_dir_) / checkpoint_name(step_);
   progress.message("saved checkpoint " + last_checkpoint_.string());
   return last_checkpoint_;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -71,7 +72,10 @@ TEST(Manifest, MissingOrMistypedFieldsAreNamed) {
     read_manifest(dir.path());
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("\"vocab_size\" has the wrong type"), std::string::npos) << e.what();
+    EXPECT_NE(
+        std::string(e.what()).find("field \"vocab_size\" must be an integer in [1, 16777216], got \"big\""),
+        std::string::npos)
+        << e.what();
   }
   testing::write_file(dir / kManifestName, "{");
   EXPECT_THROW(read_manifest(dir.path()), Error);
@@ -82,6 +86,45 @@ TEST(Manifest, MissingOrMistypedFieldsAreNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no data manifest"), std::string::npos) << e.what();
   }
+}
+
+// Numbers a corrupted or hand-edited manifest can get wrong are refused naming the field and the range:
+// no truncation (257.9), no wrap (2^40), no boolean read as 1, no token count the shards do not hold.
+TEST(Manifest, NumbersAreCheckedWhereTheyAreRead) {
+  TempDir dir;
+  write_manifest(dir.path(), sample());
+  const auto original = nlohmann::json::parse(testing::read_file(dir / kManifestName));
+  const auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& expected) {
+    auto j = original;
+    edit(j);
+    testing::write_file(dir / kManifestName, j.dump());
+    try {
+      read_manifest(dir.path());
+      ADD_FAILURE() << "accepted: " << j.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  const int vocab = original["vocab_size"].get<int>();
+  for (const nlohmann::json& bad : {nlohmann::json(vocab), nlohmann::json(999999), nlohmann::json(-1),
+                                    nlohmann::json(int64_t{1} << 40), nlohmann::json(1.5)})
+    refused([&](nlohmann::json& j) { j["eot_id"] = bad; },
+            "\"eot_id\" must be an integer in [0, " + std::to_string(vocab - 1) + "]");
+  for (const nlohmann::json& bad :
+       {nlohmann::json(257.9), nlohmann::json(int64_t{1} << 40), nlohmann::json(0), nlohmann::json(true)})
+    refused([&](nlohmann::json& j) { j["vocab_size"] = bad; },
+            "\"vocab_size\" must be an integer in [1, 16777216]");
+  for (const nlohmann::json& bad :
+       {nlohmann::json(true), nlohmann::json(1.0), nlohmann::json(2), nlohmann::json("1")})
+    refused([&](nlohmann::json& j) { j["format_version"] = bad; }, "unsupported format_version");
+  const int64_t tokens = original["train"]["tokens"].get<int64_t>();
+  for (int64_t bad : {int64_t{1}, tokens + 1, int64_t{1000000000000000}})
+    refused([&](nlohmann::json& j) { j["train"]["tokens"] = bad; },
+            "\"tokens\" is " + std::to_string(bad) + " but its shards hold " + std::to_string(tokens));
+  refused([](nlohmann::json& j) { j["train"]["tokens"] = -5; }, "\"tokens\" must be an integer in [0, ");
+  refused([](nlohmann::json& j) { j["val"]["shards"][0]["tokens"] = -1; },
+          "\"tokens\" must be an integer in [0, ");
+  refused([](nlohmann::json& j) { j["train"]["shards"][0]["payload_fnv1a"] = -1; }, "payload_fnv1a");
 }
 
 }  // namespace

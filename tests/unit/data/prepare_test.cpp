@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -345,6 +346,42 @@ TEST(Prepare, ErrorsNameTheProblem) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("missing.txt does not exist"), std::string::npos) << e.what();
   }
+}
+
+// Out-of-range options are refused before any work, NaN included (it passes every comparison-based range
+// check written the other way round), and a thread count the system cannot give is refused by number.
+TEST(Prepare, OptionRangesAreCheckedNaNAndHugeThreadCountsIncluded) {
+  std::mt19937_64 rng(std::random_device{}());
+  Corpus corpus(rng, 3);
+  TempDir out;
+  const auto message = [&](const std::function<void(PrepareOptions&)>& edit) {
+    PrepareOptions o;
+    o.inputs = {corpus.dir.path()};
+    o.out_dir = out / "shards";
+    o.tokenizer = "bytes";
+    edit(o);
+    try {
+      prepare_shards(o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const double nan = std::nan("");
+  for (double f : {nan, -0.5, 1.0, HUGE_VAL}) {
+    EXPECT_NE(message([&](PrepareOptions& o) { o.val_fraction = f; }).find("val_fraction must be in [0, 1)"),
+              std::string::npos)
+        << f;
+    EXPECT_NE(message([&](PrepareOptions& o) { o.val_sample = f; }).find("val_sample must be in [0, 1)"),
+              std::string::npos)
+        << f;
+  }
+  for (int t : {-1, kMaxPrepareThreads + 1, 100000})
+    EXPECT_NE(message([&](PrepareOptions& o) { o.threads = t; }).find("threads must be in [0, 1024]"),
+              std::string::npos)
+        << t;
+  EXPECT_FALSE(std::filesystem::exists(out / "shards"));
+  EXPECT_EQ(message([](PrepareOptions& o) { o.threads = 3; }), "no error");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "data/shard.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <functional>
 #include <random>
@@ -161,6 +162,25 @@ TEST_F(CorruptShard, FlippedHeaderByteFailsTheHeaderChecksum) {
   flip_byte(path_, 17);  // inside the token count
   auto msg = open_error();
   EXPECT_NE(msg.find("corrupt header"), std::string::npos) << msg;
+}
+
+// Bytes 48..63 are reserved and outside the header checksum: a flip there was accepted before.
+TEST_F(CorruptShard, FlippedReservedByteIsACorruptHeader) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  for (size_t at : {size_t{48}, size_t{48} + rng() % 16, size_t{63}}) {
+    write_shard(path_, tokens_, 50257);
+    flip_byte(path_, at);
+    const auto msg = open_error();
+    EXPECT_NE(msg.find("corrupt header: reserved byte " + std::to_string(at)), std::string::npos) << msg;
+  }
+}
+
+// A FIFO in a shard's place is refused at once instead of blocking the open until a writer comes.
+TEST_F(CorruptShard, FifoIsNotARegularFile) {
+  std::filesystem::remove(path_);
+  ASSERT_EQ(::mkfifo(path_.c_str(), 0600), 0);
+  const auto msg = open_error();
+  EXPECT_NE(msg.find("is not a regular file"), std::string::npos) << msg;
 }
 
 TEST_F(CorruptShard, WrongMagic) {

@@ -5,6 +5,12 @@
 #include <atomic>
 #include <stdexcept>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
 namespace fp4 {
 namespace {
 
@@ -32,6 +38,32 @@ TEST(ThreadPool, DestructorFinishesQueuedJobs) {
     for (int i = 0; i < 50; ++i) pool.submit([&done] { ++done; });
   }
   EXPECT_EQ(done.load(), 50);
+}
+
+// More threads than the system gives (here: an address space too small for their stacks) is an
+// fp4::Error naming the thread, not std::terminate on the threads already started. In a child process, so
+// the limit stays there; the old pool died of SIGABRT.
+TEST(ThreadPool, ThreadsTheSystemRefusesAreAnErrorNotACrash) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    rlimit limit{};
+    ::getrlimit(RLIMIT_AS, &limit);
+    limit.rlim_cur = rlim_t{1} << 30;  // 1 GiB: about a hundred 8 MiB thread stacks
+    ::setrlimit(RLIMIT_AS, &limit);
+    try {
+      ThreadPool pool(100000);
+    } catch (const Error& e) {
+      ::_exit(std::string(e.what()).find("could not start thread") != std::string::npos ? 0 : 3);
+    } catch (...) {
+      ::_exit(4);
+    }
+    ::_exit(5);  // the system gave 100000 threads: the limit did not take
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace

@@ -94,9 +94,10 @@ TEST(CheckpointV2, StateFileLacksTheParametersAndLoadsAsSaved) {
   TempDir run;
   std::mt19937_64 rng(std::random_device{}());
   const uint64_t seed = rng();
-  auto engine = trained_cpu_engine(seed, 1 + static_cast<int>(rng() % 3));
+  const int steps = 1 + static_cast<int>(rng() % 3);
+  auto engine = trained_cpu_engine(seed, steps);
   const auto state = engine->save_state();
-  const auto dir = save_checkpoint(run.path(), 5, *engine, trainer_json(5), state);
+  const auto dir = save_checkpoint(run.path(), steps, *engine, trainer_json(steps), state);
 
   const auto manifest = manifest_of(dir);
   EXPECT_EQ(manifest["version"], 2);

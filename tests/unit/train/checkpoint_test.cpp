@@ -102,11 +102,11 @@ TEST(Checkpoint, InterruptedSaveNeverDamagesThePreviousOne) {
 
 TEST(Checkpoint, SavingTheSameStepAgainReplacesIt) {
   TempDir run;
-  auto a = trained_cpu_engine(5, 1), b = trained_cpu_engine(6, 2);
-  save_checkpoint(run.path(), 4, *a, trainer_json(4));
-  auto j = trainer_json(4);
+  auto a = trained_cpu_engine(5, 2), b = trained_cpu_engine(6, 2);  // the step is the optimizer's
+  save_checkpoint(run.path(), 2, *a, trainer_json(2));
+  auto j = trainer_json(2);
   j["note"] = "second";
-  const auto dir = save_checkpoint(run.path(), 4, *b, j);
+  const auto dir = save_checkpoint(run.path(), 2, *b, j);
   const auto ckpt = load_checkpoint(dir);
   EXPECT_EQ(ckpt.trainer["note"], "second");
   auto c = make_cpu_engine(testing::small_model(), Recipe{}, 99);

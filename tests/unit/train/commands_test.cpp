@@ -116,6 +116,17 @@ TEST_F(CommandsTest, LoadModelNeedsACheckpoint) {
               HasSubstr("neither a checkpoint (no manifest.json) nor a run directory with checkpoints"));
 }
 
+// --batches x rows overflowed int64 before (UBSan); now a range error before any loading.
+TEST_F(CommandsTest, EvalBatchesAreRangeChecked) {
+  for (int64_t bad : {int64_t{-1}, (int64_t{1} << 40) + 1, int64_t{1} << 62}) {
+    EvalArgs a;
+    a.checkpoint = tmp_ / "absent";
+    a.batches = bad;
+    EXPECT_THAT(error_of([&] { eval_command(a); }), HasSubstr("eval --batches must be in [0, 1099511627776]"))
+        << bad;
+  }
+}
+
 TEST_F(CommandsTest, PrepareWritesShardsAndManifest) {
   PrepareArgs p;
   p.inputs = {tmp_ / "text/train"};

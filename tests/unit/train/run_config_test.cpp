@@ -262,3 +262,43 @@ TEST(RunConfig, RecipeKeysNeedNoPrefixOnTheCommandLine) {
 
 }  // namespace
 }  // namespace fp4
+
+namespace fp4 {
+namespace {
+
+// Values beyond what the engine can hold are refused naming the field and the accepted range, never
+// truncated, wrapped or left to overflow later (the schedule length, the token counter, tensor sizes).
+TEST(RunConfigRanges, HugeAndNonFiniteValuesAreRefusedNamingTheField) {
+  const auto refused = [](const std::string& set, const std::string& expected) {
+    const std::string msg = testing::error_of([&] { load_run_config({}, {set}); });
+    EXPECT_THAT(msg, HasSubstr(expected)) << set;
+  };
+  refused("model.n_layers=2147483647", "model.n_layers must be at most 1024");
+  refused("model.d_ff=2147483647", "model.d_ff must be at most 262144");
+  refused("model.d_model=2147483647", "[model]");  // divisibility by n_heads is checked first
+  refused("model.vocab_size=2147483647", "model.vocab_size must be at most 16777216");
+  refused("model.max_seq_len=2147483647", "model.max_seq_len must be at most 1048576");
+  refused("model.vocab_size=4294967296", "'model.vocab_size' is out of range");  // 2^32 does not wrap to 0
+  refused("model.rope_theta=1e300", "'model.rope_theta' is out of range");
+  refused("data.batch=2147483647", "data.batch must be in [1, 1048576]");
+  refused("data.grad_accum=2147483647", "data.grad_accum must be in [1, 1048576]");
+  refused("optim.eps=inf", "optim.eps must be in (0, 1]");
+  refused("optim.eps=1e300", "optim.eps must be in (0, 1]");
+  refused("optim.eps=nan", "optim.eps must be in (0, 1]");
+  refused("optim.lr=1e39", "optim.lr must be a positive finite number");
+  refused("optim.weight_decay=inf", "optim.weight_decay must be a finite number");
+  refused("optim.total_tokens=9223372036854775807", "optim.total_tokens must be in [0, 4611686018427387904]");
+  refused("optim.total_steps=9223372036854775807", "optim.total_steps must be in [0, 1000000000000]");
+  refused("train.steps=9223372036854775807", "train.steps must be in [1, 1000000000000]");
+  refused("optim.warmup=9223372036854775807", "optim.warmup must be in [0, 1000000000000]");
+  refused("train.seed=-1", "'train.seed' must not be negative");
+  refused("train.seed=18446744073709551616", "'train.seed' expects an integer");
+  // A token budget near the limit rounds up without overflow: 2^62 tokens / 2048 per step = 2^51 steps.
+  const std::string msg = testing::error_of([&] { load_run_config({}, {"optim.total_tokens=4611686018427387904"}); });
+  EXPECT_THAT(msg, HasSubstr("makes a schedule of 2251799813685248 steps"));
+  // A budget of a partial step rounds up (2048 tokens per step).
+  EXPECT_EQ(load_run_config({}, {"optim.total_tokens=40961"}).schedule_steps(), 21);
+}
+
+}  // namespace
+}  // namespace fp4

@@ -166,6 +166,78 @@ TEST_F(TrainerTest, OsciResetIsLoggedAndResumesMidWindowBitForBit) {
             sha256_file(tmp_ / "split/checkpoints/step_000012/model.safetensors"));
 }
 
+// A fractional osci_reset.start is a fraction of the schedule (optim.total_steps = 12 here), not of
+// train.steps: a run stopped with train.steps = 7 and resumed with 12 (docs/CLI.md's way to stop and
+// continue) starts its windows at the same step (0.25 x 12 = 3: resets after steps 6 and 10) and ends with
+// the bytes of the uninterrupted run.
+TEST_F(TrainerTest, OsciResetFractionalStartIsOfTheScheduleAndResumesBitForBit) {
+  const auto osci = [this](const std::string& run, int64_t steps) {
+    RunConfig c = config(run, steps);
+    c.recipe.name = "nvidia-nvfp4";
+    c.recipe.overrides = {{"osci_reset.enabled", "true"},
+                          {"osci_reset.window", "3"},
+                          {"osci_reset.period", "4"},
+                          {"osci_reset.start", "0.25"},
+                          {"osci_reset.threshold", "1"}};
+    c.train.ckpt_every = 100;
+    return c;
+  };
+  Trainer(osci("full", 12), quiet()).run();
+  const auto events = records(tmp_ / "full", "osci_reset");
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0]["step"], 6);
+  EXPECT_EQ(events[1]["step"], 10);
+  Trainer(osci("split", 7), quiet()).run();
+  Trainer rest(osci("split", 12), quiet());
+  ASSERT_TRUE(rest.resumed());
+  rest.run();
+  const auto split_events = records(tmp_ / "split", "osci_reset");
+  ASSERT_EQ(split_events.size(), 2u);
+  EXPECT_EQ(split_events[0]["step"], 6);
+  EXPECT_EQ(split_events[1]["step"], 10);
+  EXPECT_EQ(sha256_file(tmp_ / "full/checkpoints/step_000012/model.safetensors"),
+            sha256_file(tmp_ / "split/checkpoints/step_000012/model.safetensors"));
+}
+
+// optim.lr = 3.4e38 turns the weights non-finite after a step whose loss was still finite: the save of
+// that step is refused (the old code wrote an all-NaN checkpoint and called it the last good one), no
+// partial directory stays, and metrics.jsonl records why the run stopped.
+TEST_F(TrainerTest, DivergedStateIsNotSavedAsAGoodCheckpoint) {
+  RunConfig c = config("diverged", 6);
+  c.optim.lr = 3.4e38;
+  c.optim.warmup = 0;
+  c.train.ckpt_every = 1;
+  const std::string msg = error_of([&] { Trainer(c, quiet()).run(); });
+  EXPECT_THAT(msg, HasSubstr("holds a non-finite value"));
+  EXPECT_THAT(msg, ::testing::Not(HasSubstr("last good checkpoint")));
+  EXPECT_TRUE(list_checkpoints(tmp_ / "diverged").empty());
+  for (const auto& e : fs::directory_iterator(checkpoint_root(tmp_ / "diverged")))
+    EXPECT_EQ(e.path().filename().string().rfind(".tmp-", 0), std::string::npos) << e.path();
+  const auto errors = records(tmp_ / "diverged", "error");
+  ASSERT_FALSE(errors.empty());
+  EXPECT_THAT(errors.front()["message"].get<std::string>(), HasSubstr("non-finite"));
+}
+
+// A run whose checkpoints cannot be written is refused before its first step (not at its first save),
+// and what killed saves left in checkpoints/ is removed at the start.
+TEST_F(TrainerTest, CheckpointDirectoryIsCheckedAndCleanedAtTheStart) {
+  const fs::path run = tmp_ / "blocked";
+  fs::create_directories(run);
+  write_file_synced(run / "checkpoints", "a file where the directory should be\n");
+  EXPECT_THAT(error_of([&] { Trainer t(config("blocked", 3), quiet()); }),
+              HasSubstr("cannot create the checkpoint directory"));
+  EXPECT_FALSE(fs::exists(run / "metrics.jsonl"));
+
+  const fs::path root = tmp_ / "left/checkpoints";
+  fs::create_directories(root / ".tmp-step_000003-4242");
+  write_file_synced(root / ".tmp-step_000003-4242/model.safetensors", "partial");
+  write_file_synced(root / "latest.tmp.4242", "step_000003\n");
+  Trainer t(config("left", 3), quiet());
+  EXPECT_FALSE(fs::exists(root / ".tmp-step_000003-4242"));
+  EXPECT_FALSE(fs::exists(root / "latest.tmp.4242"));
+  EXPECT_FALSE(t.resumed());
+}
+
 TEST_F(TrainerTest, ResumeRefusesADifferentTraining) {
   Trainer(config("run", 3), quiet()).run();
   auto changed = config("run", 6);
