@@ -13,6 +13,7 @@
 #include "model/cuda/device_params.h"
 #include "model/cuda/device_q_adamw.h"
 #include "model/cuda/device_root.h"
+#include "model/cuda/lora_svd_realigner.h"
 #include "model/olmo2.h"
 #include "nn/out_control.h"
 #include "ops/cuda/elementwise_cuda.h"
@@ -97,17 +98,26 @@ class CudaEngine final : public TrainingEngine,
                   recipe.optimizer == "q-root",
               "recipe ", recipe.name, ": optimizer = \"", recipe.optimizer, "\" is not available in the CUDA engine ",
               "(adamw, q-adamw, root and q-root only; set the recipe field optimizer)");
-    FP4_CHECK(!recipe.lora_svd.enabled, "recipe ", recipe.name, ": lora_svd (LoRA-SVD projections) runs on the ",
-              "CPU engine only so far; use the cpu device or set lora_svd.enabled=false");
     cudaDeviceProp prop{};
     FP4_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     device_name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
     {
       // The CPU model defines the parameter layout and draws the initial values; the real recipe's
-      // linear layers are built by CudaOlmo2 below (the CPU model would refuse quantized ones).
-      Olmo2Model host(cfg, Recipe{});
+      // linear layers are built by CudaOlmo2 below (this host model never runs).
+      // With lora_svd the layout holds each quantized linear's factors and the initial values are the CPU
+      // engine's after its initial realignment, so the host model is built with the parts of the recipe
+      // that decide both.
+      Recipe layout;
+      if (recipe.lora_svd.enabled) {
+        layout.name = recipe.name;
+        layout.linear = recipe.linear;
+        layout.bf16_layers = recipe.bf16_layers;
+        layout.lora_svd = recipe.lora_svd;
+      }
+      Olmo2Model host(cfg, layout);
       host.init_parameters(seed);
       params_ = std::make_unique<cuda::DeviceParams>(host.params(), stream_.get());
+      if (const LoraSvd* lora = host.lora_svd()) lora_ = std::make_unique<cuda::LoraSvdRealigner>(*lora, seed);
     }
     if (recipe.optimizer == "q-adamw")
       qadam_ = std::make_unique<cuda::DeviceQAdamW>(*params_, stream_.get(), seed);
@@ -148,6 +158,11 @@ class CudaEngine final : public TrainingEngine,
     const StepStats stats = finish(where, total);
     end_out_control_step(step);
     qadam_ ? qadam_->commit_step() : root_ ? root_->commit_step() : adam_->commit_step();
+    // LoRA-SVD realignment after the step, as the CPU engine after opt_->step (recipes: lora_svd needs adamw).
+    if (lora_ && lora_->due(step)) {
+      lora_->realign(step, *params_);
+      adam_->reset_moments(lora_->factor_ranges(*params_));
+    }
     return stats;
   }
 
@@ -160,6 +175,8 @@ class CudaEngine final : public TrainingEngine,
               "'optimizer') runs on one process only: Newton-Schulz needs each matrix's whole gradient, and data ",
               "parallelism reduce-scatters gradients to ZeRO-1 shards; train on one process or set optimizer = ",
               "\"adamw\"");
+    FP4_CHECK(!lora_, "CUDA engine: lora_svd (recipe section [lora_svd]) runs on one process only in the CUDA ",
+              "engine so far; train without data parallelism, use the cpu device, or set lora_svd.enabled = false");
     FP4_CHECK(dp.comm != nullptr && dp.comm->device_memory(), "CUDA engine: data parallelism needs a device ",
               "communicator (got ", dp.comm ? dp.comm->backend() : std::string("none"), ")");
     const int world = dp.comm->world_size();
@@ -521,6 +538,7 @@ class CudaEngine final : public TrainingEngine,
   std::unique_ptr<cuda::DeviceQAdamW> qadam_;  // optimizer = "q-adamw" (one process)
   std::unique_ptr<cuda::DeviceRoot> root_;     // optimizer = "root" / "q-root" (one process)
   std::unique_ptr<cuda::CudaOlmo2> model_;
+  std::unique_ptr<cuda::LoraSvdRealigner> lora_;  // lora_svd, when the recipe enables it
   Communicator* comm_ = nullptr;  // data parallelism, when set
   std::vector<IndexRange> shards_;
   std::vector<GradBucket> buckets_;
