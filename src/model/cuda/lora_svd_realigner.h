@@ -1,9 +1,9 @@
 // LoraSvdRealigner: LoRA-SVD's periodic realignment (RECIPES.md section 8.1, docs/LORA_SVD.md) for the CUDA
 // engine, the device counterpart of what the CPU engine does after its optimizer step (LoraSvd::realign,
 // then the factors' optimizer moments reset). This first form copies each layer's W_res, L1 and L2 to the
-// host and runs the CPU reference's realignment on them (LoraSvd::realign_layer: randomized SVD in double),
-// so the result is the CPU engine's bit for bit; it synchronizes the stream and costs a host SVD per layer
-// every realign_every steps (docs/LORA_SVD.md gives the figures).
+// host and runs the CPU reference's realignment on them (LoraSvd::realign_layer: randomized SVD in double,
+// one layer per host thread), so the result is the CPU engine's bit for bit; it synchronizes the stream and
+// costs a host SVD per layer every realign_every steps (docs/LORA_SVD.md gives the figures).
 #pragma once
 
 #include <cuda_runtime.h>
