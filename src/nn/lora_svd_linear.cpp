@@ -82,11 +82,15 @@ void LoraSvd::add(const Layer& layer) {
 }
 
 void LoraSvd::realign(ParameterSet& params, uint64_t seed, int64_t index) const {
-  for (const Layer& l : layers_) {
-    const RngStream sketch{seed, make_stream(l.layer_id, static_cast<uint32_t>(index), kSketchPurpose)};
-    realign_low_rank(params.value(l.w_res).data(), params.value(l.l1).data(), params.value(l.l2).data(),
-                     l.out, l.in, cfg_.rank, cfg_.beta, sketch);
-  }
+  for (const Layer& l : layers_)
+    realign_layer(l, params.value(l.w_res).data(), params.value(l.l1).data(), params.value(l.l2).data(), seed,
+                  index);
+}
+
+void LoraSvd::realign_layer(const Layer& l, float* w_res, float* l1, float* l2, uint64_t seed,
+                            int64_t index) const {
+  const RngStream sketch{seed, make_stream(l.layer_id, static_cast<uint32_t>(index), kSketchPurpose)};
+  realign_low_rank(w_res, l1, l2, l.out, l.in, cfg_.rank, cfg_.beta, sketch);
 }
 
 void LoraSvd::initialize(ParameterSet& params, uint64_t seed) const {

@@ -455,9 +455,6 @@ TEST(CudaEngine, RefusesBadBatchesRecipesAndDevices) {
   unknown.optimizer = "sgd";
   EXPECT_NE(error_of([&] { make_cuda_engine(cfg, unknown, seed); }).find("not available in the CUDA engine"),
             std::string::npos);
-  EXPECT_NE(
-      error_of([&] { make_cuda_engine(cfg, load_recipe("tetrajet-v2-lorasvd"), seed); }).find("lora_svd"),
-      std::string::npos);
   EXPECT_NE(error_of([&] { make_cuda_engine(cfg, Recipe{}, seed, 999); }).find("does not exist"),
             std::string::npos);
 }

@@ -10,6 +10,7 @@
 #include "model/state_index.h"
 #include "model/cuda/cuda_olmo2.h"
 #include "nn/cuda/device_params.h"
+#include "model/cuda/lora_svd_realigner.h"
 #include "model/olmo2.h"
 #include "nn/out_control.h"
 #include "ops/cuda/elementwise_cuda.h"
@@ -97,10 +98,21 @@ class CudaEngine final : public TrainingEngine,
     device_name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
     {
       // The CPU model defines the parameter layout and draws the initial values; the real recipe's
-      // linear layers are built by CudaOlmo2 below (the CPU model would refuse quantized ones).
-      Olmo2Model host(cfg, Recipe{});
+      // linear layers are built by CudaOlmo2 below (this host model never runs).
+      // With lora_svd the layout holds each quantized linear's factors and the initial values are the CPU
+      // engine's after its initial realignment, so the host model is built with the parts of the recipe
+      // that decide both.
+      Recipe layout;
+      if (recipe.lora_svd.enabled) {
+        layout.name = recipe.name;
+        layout.linear = recipe.linear;
+        layout.bf16_layers = recipe.bf16_layers;
+        layout.lora_svd = recipe.lora_svd;
+      }
+      Olmo2Model host(cfg, layout);
       host.init_parameters(seed);
       params_ = std::make_unique<cuda::DeviceParams>(host.params(), stream_.get());
+      if (const LoraSvd* lora = host.lora_svd()) lora_ = std::make_unique<cuda::LoraSvdRealigner>(*lora, seed);
     }
     opt_ = cuda::make_device_optimizer(recipe.optimizer, *params_, stream_.get(), seed);
     model_ = std::make_unique<cuda::CudaOlmo2>(cfg_, recipe, *params_, gemm_, stream_.get());
@@ -130,12 +142,19 @@ class CudaEngine final : public TrainingEngine,
     const StepStats stats = finish(where, total);
     end_out_control_step(step);
     opt_->commit_step();
+    // LoRA-SVD realignment after the step, as the CPU engine after opt_->step: the factors' moments restart.
+    if (lora_ && lora_->due(step)) {
+      lora_->realign(step, *params_);
+      opt_->reset_moments(lora_->factor_ranges(*params_));
+    }
     return stats;
   }
 
   void set_data_parallel(const DataParallel& dp) override {
     set_device();
     opt_->check_shardable();
+    FP4_CHECK(!lora_, "CUDA engine: lora_svd (recipe section [lora_svd]) runs on one process only in the CUDA ",
+              "engine so far; train without data parallelism, use the cpu device, or set lora_svd.enabled = false");
     FP4_CHECK(dp.comm != nullptr && dp.comm->device_memory(), "CUDA engine: data parallelism needs a device ",
               "communicator (got ", dp.comm ? dp.comm->backend() : std::string("none"), ")");
     const int world = dp.comm->world_size();
@@ -433,6 +452,7 @@ class CudaEngine final : public TrainingEngine,
   std::unique_ptr<cuda::DeviceParams> params_;
   std::unique_ptr<cuda::DeviceOptimizer> opt_;  // the recipe's optimizer (cuda::make_device_optimizer)
   std::unique_ptr<cuda::CudaOlmo2> model_;
+  std::unique_ptr<cuda::LoraSvdRealigner> lora_;  // lora_svd, when the recipe enables it
   Communicator* comm_ = nullptr;  // data parallelism, when set
   std::vector<IndexRange> shards_;
   std::vector<GradBucket> buckets_;
@@ -448,8 +468,10 @@ void check_cuda_engine_recipe(const Recipe& recipe) {
   FP4_CHECK(cuda::is_device_optimizer(recipe.optimizer), "recipe ", recipe.name, ": optimizer = \"",
             recipe.optimizer, "\" is not available in the CUDA engine (", cuda::device_optimizers(),
             " only; set the recipe field optimizer)");
-  FP4_CHECK(!recipe.lora_svd.enabled, "recipe ", recipe.name, ": lora_svd (LoRA-SVD projections) runs on the ",
-            "CPU engine only so far; use the cpu device or set lora_svd.enabled=false");
+  FP4_CHECK(!recipe.lora_svd.enabled || recipe.optimizer == "adamw", "recipe ", recipe.name,
+            ": lora_svd (LoRA-SVD projections) with optimizer = \"", recipe.optimizer, "\" runs on the CPU engine only ",
+            "so far (the CUDA engine resets the factors' moments at a realignment for adamw alone); use the cpu ",
+            "device or optimizer = \"adamw\"");
 }
 
 std::unique_ptr<TrainingEngine> make_cuda_engine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed,

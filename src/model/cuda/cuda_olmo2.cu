@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "model/cuda/cuda_olmo2.h"
 #include "nn/cuda/quant_linear_cuda.h"
+#include "nn/lora_svd_linear.h"
 #include "ops/cuda/attention_cuda.h"
 #include "ops/cuda/causal_sdpa_cuda.h"
 #include "ops/cuda/cross_entropy_cuda.h"
@@ -71,6 +72,8 @@ CudaOlmo2::CudaOlmo2(const ModelConfig& cfg, const Recipe& recipe, DeviceParams&
     out_control_ = std::make_unique<OutControl>(recipe.out_control);
     quant_ctx_.out_control = out_control_.get();
   }
+  if (recipe.lora_svd.enabled)  // one wgrad buffer for the largest linear: w_gate_up or wqkv
+    lora_svd_ = std::make_unique<LoraSvdCudaShared>(static_cast<size_t>(std::max(3 * d * d, 2 * ff * d)));
   check_shape(params_, embed_, {v, d});
   check_shape(params_, final_norm_, {d});
   check_shape(params_, lm_head_, {v, d});
@@ -92,6 +95,14 @@ CudaOlmo2::CudaOlmo2(const ModelConfig& cfg, const Recipe& recipe, DeviceParams&
                             recipe.name,
                             linear_id(l, kind),
                             &quant_ctx_};
+      if (lora_svd_ && spec.policy.quantized()) {  // W_res, then its factors, as the CPU model registers them
+        const int r = recipe.lora_svd.rank;
+        const int l1 = params_.require(lora_l1_name(spec.name)), l2 = params_.require(lora_l2_name(spec.name));
+        check_shape(params_, l1, {r, in});
+        check_shape(params_, l2, {out, r});
+        const LoraSvdFactors f{weight(l1), weight(l2), r, static_cast<float>(recipe.lora_svd.beta)};
+        return make_lora_svd_linear_cuda(spec, weight(i), f, *lora_svd_, gemm_, stream_);
+      }
       return make_linear_cuda(spec, weight(i), gemm_, stream_);
     };
     BlockParams bp;
@@ -340,6 +351,7 @@ CudaOlmo2::MemoryReport CudaOlmo2::memory_report() const {
     for (const LinearCuda* lin : bp.linears()) r.linear_kept_bytes += lin->kept_bytes();
   for (const auto& qa : q_attn_) r.q_attn_bytes += qa->kept_bytes();
   if (q_attn_ws_) r.q_attn_bytes += q_attn_ws_->bytes();
+  if (lora_svd_) r.lora_svd_bytes = lora_svd_->bytes();
   return r;
 }
 
@@ -353,7 +365,8 @@ std::string CudaOlmo2::memory_summary() const {
   return "activation arena " + gib(r.arena_bytes) + " (saved linear inputs " + gib(r.saved_input_bytes) +
          ", quantized-linear workspace " + gib(r.linear_workspace_bytes) +
          " over the logits), packed operands kept by quantized linears " + gib(r.linear_kept_bytes) +
-         (q_attn_.empty() ? std::string() : ", Q-Attn " + gib(r.q_attn_bytes));
+         (q_attn_.empty() ? std::string() : ", Q-Attn " + gib(r.q_attn_bytes)) +
+         (lora_svd_ ? ", LoRA-SVD " + gib(r.lora_svd_bytes) : std::string());
 }
 
 }  // namespace fp4::cuda

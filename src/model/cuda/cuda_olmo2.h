@@ -18,6 +18,7 @@
 #include "model/cuda/batch_upload.h"
 #include "nn/cuda/device_params.h"
 #include "nn/cuda/linear_cuda.h"
+#include "nn/cuda/lora_svd_linear_cuda.h"
 #include "nn/cuda/q_attention_cuda.h"
 #include "nn/quant_linear.h"
 #include "ops/cuda/gemm_cublaslt.h"
@@ -58,6 +59,7 @@ class CudaOlmo2 {
     size_t linear_workspace_bytes = 0;  // quantized linears' transients (overlaying the logits)
     size_t linear_kept_bytes = 0;       // packed operands the quantized linears keep (outside the arena)
     size_t q_attn_bytes = 0;            // Q-Attn: kept packed Q^, K^ of every layer and the shared workspace
+    size_t lora_svd_bytes = 0;          // LoRA-SVD: the shared FP32 wgrad, low-rank intermediate and split
   };
   MemoryReport memory_report() const;
   // One line for logs and benchmarks: the report in GiB.
@@ -110,6 +112,8 @@ class CudaOlmo2 {
   // attention.q_attn: one per block (its kept Q^, K^ and random streams) and their shared transients.
   std::vector<std::unique_ptr<QAttentionCuda>> q_attn_;
   std::unique_ptr<QAttnWorkspace> q_attn_ws_;
+  // lora_svd: what the quantized linears' LoRA-SVD layers share (null when off).
+  std::unique_ptr<LoraSvdCudaShared> lora_svd_;
   DeviceBuffer<float> rope_cos_, rope_sin_;  // [max_seq_len][head_dim / 2]
   std::unique_ptr<ActivationArena> arena_;   // laid out for the linears' saved inputs
   const Activations* acts_ = nullptr;        // of the last forward

@@ -148,4 +148,14 @@ void DeviceAdamW::write_moment(int which, const Parameter& p, std::span<const fl
   copy_to_device(dst, in.data() + (lo - p.offset), static_cast<size_t>(hi - lo) * sizeof(float), stream_);
 }
 
+void DeviceAdamW::reset_moments(std::span<const IndexRange> ranges) {
+  for (const IndexRange& r : ranges) {
+    const int64_t lo = std::max(r.begin, shard_.begin), hi = std::min(r.end, shard_.end);
+    if (lo >= hi) continue;
+    const auto bytes = static_cast<size_t>(hi - lo) * sizeof(float);
+    FP4_CUDA_CHECK(cudaMemsetAsync(m_.data() + (lo - shard_.begin), 0, bytes, stream_));
+    FP4_CUDA_CHECK(cudaMemsetAsync(v_.data() + (lo - shard_.begin), 0, bytes, stream_));
+  }
+}
+
 }  // namespace fp4::cuda

@@ -52,6 +52,9 @@ class DeviceAdamW {
   // (no shard); write_moment writes the part of p inside the shard.
   void read_moment(int which, const Parameter& p, std::span<float> out) const;
   void write_moment(int which, const Parameter& p, std::span<const float> in);
+  // Zeroes both moments of the flat-buffer elements in `ranges` that lie inside the shard (queued on the
+  // stream), as the CPU AdamWOptimizer::reset_moments: LoRA-SVD's factors after a realignment.
+  void reset_moments(std::span<const IndexRange> ranges);
 
  private:
   cudaStream_t stream_;

@@ -34,6 +34,7 @@ class AdamWOnDevice final : public DeviceOptimizer {
     return adam_.read_control(param_sumsq);
   }
   int64_t step_count() const override { return adam_.step_count(); }
+  void reset_moments(std::span<const IndexRange> ranges) override { adam_.reset_moments(ranges); }
 
   void set_shard(const DeviceParams& params, const std::vector<IndexRange>& shards,
                  Communicator* comm) override {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "core/step_types.h"
 #include "core/state_tensor.h"
 #include "core/parameter_info.h"
+#include "core/error.h"
 #include "core/index_range.h"
 #include "core/state_index.h"
 #include "optim/cuda/adamw_cuda.h"
@@ -39,6 +41,13 @@ class DeviceOptimizer {
   // fp4::Error naming the tensor where the optimizer's own state went non-finite.
   virtual StepControl read_control(std::vector<double>& param_sumsq) const = 0;
   virtual int64_t step_count() const = 0;
+  // Zeroes the moments of these element ranges (LoRA-SVD's factors after a realignment, as the CPU
+  // optimizers' reset_moments). Optimizers whose device form lacks it refuse, naming themselves; the
+  // engine's recipe check refuses such recipes before a run starts.
+  virtual void reset_moments(std::span<const IndexRange> ranges) {
+    (void)ranges;
+    FP4_THROW("optimizer \"", name(), "\" cannot reset moments on the CUDA engine (LoRA-SVD realignment)");
+  }
 
   // ZeRO-1. check_shardable throws fp4::Error, naming the optimizer and the recipe field, when this
   // optimizer cannot shard its state (called before anything of a data-parallel set-up changes).

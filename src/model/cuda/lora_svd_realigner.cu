@@ -1,0 +1,68 @@
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "model/cuda/lora_svd_realigner.h"
+
+namespace fp4::cuda {
+
+void LoraSvdRealigner::realign(int64_t step, DeviceParams& params) const {
+  FP4_CHECK(due(step), "LoRA-SVD: step ", step, " is not a realignment step (every ",
+            registry_.config().realign_every, " steps)");
+  const int64_t index = step / registry_.config().realign_every;
+  const std::vector<LoraSvd::Layer>& layers = registry_.layers();
+  struct HostCopy {
+    std::vector<float> w, l1, l2;
+  };
+  std::vector<HostCopy> host(layers.size());
+  auto download = [&](int i, std::vector<float>& v) {
+    v.resize(static_cast<size_t>(params.at(i).info.numel()));
+    params.read_value(i, v);
+  };
+  for (size_t k = 0; k < layers.size(); ++k) {
+    download(layers[k].w_res, host[k].w);
+    download(layers[k].l1, host[k].l1);
+    download(layers[k].l2, host[k].l2);
+  }
+  // The layers are independent and each one's result depends only on its own inputs and stream, so
+  // realigning them on several host threads gives the same bits as the CPU engine's loop.
+  const size_t workers =
+      std::clamp<size_t>(std::thread::hardware_concurrency(), 1, std::max<size_t>(layers.size(), 1));
+  std::atomic<size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto work = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < layers.size();) {
+      try {
+        registry_.realign_layer(layers[k], host[k].w.data(), host[k].l1.data(), host[k].l2.data(), seed_,
+                                index);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < workers; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+  for (size_t k = 0; k < layers.size(); ++k) {
+    params.write_value(layers[k].w_res, host[k].w);
+    params.write_value(layers[k].l1, host[k].l1);
+    params.write_value(layers[k].l2, host[k].l2);
+  }
+}
+
+std::vector<IndexRange> LoraSvdRealigner::factor_ranges(const DeviceParams& params) const {
+  std::vector<IndexRange> out;
+  for (const LoraSvd::Layer& l : registry_.layers())
+    for (int i : {l.l1, l.l2})
+      out.push_back({params.at(i).offset, params.at(i).offset + params.at(i).info.numel()});
+  return out;
+}
+
+}  // namespace fp4::cuda
