@@ -1,19 +1,20 @@
 #include "model/cpu_engine.h"
-#include "model/engine_common.h"
-#include "model/state_index.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iostream>
 #include <map>
-#include <algorithm>
 
 #include "core/error.h"
+#include "model/engine_common.h"
 #include "model/olmo2.h"
+#include "model/state_index.h"
+#include "model/step_features.h"
 #include "nn/out_control.h"
 #include "ops/ops.h"
-#include "optim/optimizer.h"
 #include "optim/grad_buckets.h"
+#include "optim/optimizer.h"
 #include "tensor/tensor.h"
 
 namespace fp4 {
@@ -26,11 +27,13 @@ class CpuEngine final : public TrainingEngine, public OutControlSource {
  public:
   CpuEngine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed)
       : model_(cfg, checked(recipe)),
+        recipe_(recipe),
         optimizer_name_(recipe.optimizer),
         seed_(seed),
         opt_(make_optimizer(optimizer_name_, model_.params(), OptimizerPlacement{}, seed)) {
     model_.init_parameters(seed);
     model_.quant_context().seed = seed;
+    features_ = make_features(recipe, StepContext{});
     static const bool advised = [] {  // once per process
       const std::string advice = cpu::blas_advice();
       if (!advice.empty()) std::cerr << "fp4train: " << advice << "\n";
@@ -60,7 +63,7 @@ class CpuEngine final : public TrainingEngine, public OutControlSource {
     // Each token's loss is divided by the step's total token count (over all ranks): micro-batches
     // and ranks are averaged by tokens, exactly as one large batch would be.
     const float grad_scale = static_cast<float>(1.0 / static_cast<double>(total));
-    if (OutControl* oc = model_.out_control()) oc->begin_step(step);
+    for (const auto& f : features_) f->begin_step(step);
     cpu::LossSums sums;
     std::string fault;  // why this rank cannot finish the step
     for (size_t i = 0; i < micro_batches.size() && fault.empty(); ++i) {
@@ -84,7 +87,7 @@ class CpuEngine final : public TrainingEngine, public OutControlSource {
     if (comm_) comm_->all_reduce_sum(agreed, 3, CommType::kF64);
     if (!fault.empty()) FP4_THROW(fault);
     FP4_CHECK(agreed[2] == 0, where, ": another rank found a non-finite loss or gradient (see its message)");
-    out_control_end_step(model_.out_control(), comm_, step);
+    for (const auto& f : features_) f->end_step(step);
 
     StepStats stats;
     stats.loss = agreed[0] / static_cast<double>(total);
@@ -102,11 +105,7 @@ class CpuEngine final : public TrainingEngine, public OutControlSource {
     }
     opt_->step(params, hyper);
     if (comm_) comm_->all_gather(params.values().data(), shards_);
-    if (LoraSvd* lora = model_.lora_svd(); lora && lora->realigns_after(step)) {
-      // Every rank holds the same parameters now, so each realigns alike; moments reset on each shard.
-      lora->realign(params, seed_, step / lora->config().realign_every);
-      opt_->reset_moments(lora->factor_ranges(params));
-    }
+    for (const auto& f : features_) f->after_update(step);
     return stats;
   }
 
@@ -125,6 +124,12 @@ class CpuEngine final : public TrainingEngine, public OutControlSource {
     shards_ = dp.shards;
     buckets_ = gradient_buckets(parameters());
     opt_ = make_optimizer(optimizer_name_, model_.params(), OptimizerPlacement{comm_, shards_}, seed_);
+  }
+
+  std::span<const std::unique_ptr<StepFeature>> features() override { return features_; }
+  void set_step_context(const StepContext& ctx) override {
+    FP4_CHECK(opt_->step_count() == 0, "CPU engine: the step context must be set before the first step");
+    features_ = make_features(recipe_, ctx);
   }
 
   StepStats evaluate(const Batch& batch) override {
@@ -177,7 +182,7 @@ class CpuEngine final : public TrainingEngine, public OutControlSource {
     for (int i = 0; i < ps.size(); ++i)
       out.push_back(f32_state_tensor(ps.at(i).info.name, ps.at(i).info.shape, ps.value(i)));
     for (auto& t : opt_->save_state(ps)) out.push_back(std::move(t));
-    append_out_control_state(model_.out_control(), out);
+    append_feature_state(features_, out);
     return out;
   }
 
@@ -193,7 +198,7 @@ class CpuEngine final : public TrainingEngine, public OutControlSource {
     for (int i = 0; i < ps.size(); ++i)
       std::memcpy(ps.value(i).data(), values[static_cast<size_t>(i)]->bytes.data(),
                   static_cast<size_t>(ps.at(i).info.numel()) * 4);
-    if (OutControl* oc = model_.out_control()) oc->load_state(state);
+    for (const auto& f : features_) f->load_state(state);
   }
 
  private:
@@ -201,6 +206,25 @@ class CpuEngine final : public TrainingEngine, public OutControlSource {
     FP4_CHECK(is_known_optimizer(recipe.optimizer), "recipe ", recipe.name, ": optimizer '", recipe.optimizer,
               "' is not available in the CPU engine (known: ", known_optimizers(), ")");
     return recipe;
+  }
+
+  // The CPU backends of the recipe's features: OutControl's sums added over the ranks; LoRA-SVD's realignment
+  // on the host parameters (every rank holds the same parameters after the all-gather, so each realigns
+  // alike) with the factors' moments reset on each shard.
+  StepFeatures make_features(const Recipe& recipe, const StepContext& ctx) {
+    StepFeatureBackends b;
+    b.engine = this;
+    b.out_control = model_.out_control();
+    b.out_control_sums = [this] {
+      if (comm_) model_.out_control()->all_reduce_step_sums(*comm_);
+    };
+    b.lora_svd = model_.lora_svd();
+    b.lora_svd_realign = [this](int64_t index) {
+      LoraSvd* lora = model_.lora_svd();
+      lora->realign(model_.params(), seed_, index);
+      opt_->reset_moments(lora->factor_ranges(model_.params()));
+    };
+    return make_step_features(recipe, ctx, b);
   }
 
   // Why the loss is not finite: a parameter holding NaN/Inf, else the first non-finite activation.
@@ -254,12 +278,14 @@ class CpuEngine final : public TrainingEngine, public OutControlSource {
   }
 
   Olmo2Model model_;
+  Recipe recipe_;
   std::string optimizer_name_;
   uint64_t seed_ = 0;
   std::unique_ptr<Optimizer> opt_;
   Communicator* comm_ = nullptr;  // data parallelism, when set
   std::vector<IndexRange> shards_;
   std::vector<GradBucket> buckets_;
+  StepFeatures features_;  // the recipe's (make_step_features), in the order they act
 };
 
 }  // namespace

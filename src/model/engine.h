@@ -16,6 +16,7 @@
 #include "core/parameter_info.h"
 #include "core/state_tensor.h"
 #include "core/step_types.h"
+#include "model/step_feature.h"
 
 namespace fp4 {
 
@@ -58,6 +59,14 @@ class TrainingEngine {
     (void)dp;
     FP4_THROW("engine ", device_name(), " does not support data-parallel training");
   }
+
+  // The recipe's step features (model/step_feature.h) in the order they act within train_step; their
+  // checkpoint tensors are part of save_state()/load_state(). The trainer writes their reports after each
+  // step. Engines without features have none.
+  virtual std::span<const std::unique_ptr<StepFeature>> features() { return {}; }
+  // Rebuilds the features for a run (model/step_features.h): call after set_data_parallel, before
+  // load_state and the first step. Until then an engine runs the features built with StepContext{}.
+  virtual void set_step_context(const StepContext& ctx) { (void)ctx; }
 };
 
 }  // namespace fp4

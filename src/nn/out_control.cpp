@@ -180,17 +180,6 @@ std::map<std::string, std::vector<int32_t>> OutControl::fp4_columns() const {
   return out;
 }
 
-void out_control_end_step(OutControl* oc, Communicator* comm, int64_t step) {
-  if (!oc) return;
-  if (comm) oc->all_reduce_step_sums(*comm);
-  oc->end_step(step);
-}
-
-void append_out_control_state(const OutControl* oc, std::vector<StateTensor>& state) {
-  if (!oc) return;
-  for (StateTensor& t : oc->save_state()) state.push_back(std::move(t));
-}
-
 std::vector<StateTensor> OutControl::save_state() const {
   std::vector<StateTensor> out;
   for (const OutChannels* l : order_) {

@@ -118,13 +118,8 @@ class OutControl {
   std::vector<OutChannels*> order_;  // registration order
 };
 
-// An engine's hooks, each a no-op when `oc` is null (OutControl off). After a step's forwards: with data
-// parallelism the ranks' sums are added (collective), then the window may close (the report is kept in oc).
-void out_control_end_step(OutControl* oc, Communicator* comm, int64_t step);
-// Appends oc's checkpoint tensors to `state`.
-void append_out_control_state(const OutControl* oc, std::vector<StateTensor>& state);
-
-// The trainer's view of an engine that runs OutControl (engines without it do not implement it).
+// An engine's registry, for tests: dynamic_cast<OutControlSource*>(engine). Engines run OutControl as a step
+// feature (model/step_features.h); engines without it do not implement this.
 class OutControlSource {
  public:
   virtual ~OutControlSource() = default;

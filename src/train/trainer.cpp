@@ -10,8 +10,6 @@
 #include "dist/make_communicator.h"
 #include "dist/shard_plan.h"
 #include "model/cuda/cuda_engine.h"
-#include "model/engine_weight_access.h"
-#include "nn/out_control.h"
 #include "train/checkpoint.h"
 #include "train/data_setup.h"
 #include "train/engine_factory.h"
@@ -23,31 +21,13 @@ namespace fp4 {
 
 namespace {
 
-// OutControl's frozen FP4 columns (if the engine runs OutControl) become OsciReset's tracked columns.
-void apply_fp4_columns(TrainingEngine& engine, OsciReset& osci) {
-  auto* source = dynamic_cast<OutControlSource*>(&engine);
-  OutControl* oc = source ? source->out_control() : nullptr;
-  if (!oc) return;
-  for (auto& [name, columns] : oc->fp4_columns()) osci.set_fp4_columns(name, columns);
-}
-
-// After a step: the metrics line of an OutControl freeze (per layer |C8| and its share of ||X||^2).
-void report_out_control(TrainingEngine& engine, OsciReset* osci, MetricsFile* metrics, Progress& progress) {
-  auto* source = dynamic_cast<OutControlSource*>(&engine);
-  OutControl* oc = source ? source->out_control() : nullptr;
-  if (!oc) return;
-  const std::optional<OutControlReport> report = oc->take_report();
-  if (!report) return;
-  if (osci) apply_fp4_columns(engine, *osci);
-  nlohmann::json layers = nlohmann::json::array();
-  int64_t channels = 0;
-  for (const OutControlLayerReport& l : report->layers) {
-    channels += l.channels;
-    layers.push_back({{"name", l.name}, {"channels", l.channels}, {"in_features", l.in_features}, {"share", l.share}});
-  }
-  if (metrics) metrics->write({{"type", "out_control"}, {"step", report->step}, {"channels", channels}, {"layers", layers}});
-  progress.message("out_control at step " + std::to_string(report->step) + ": " + std::to_string(channels) +
-                   " input channels over " + std::to_string(report->layers.size()) + " linears kept in MXFP8");
+// After a step: each feature's metrics lines (an OutControl freeze, an OsciReset window) and log lines.
+void write_feature_reports(TrainingEngine& engine, MetricsFile* metrics, Progress& progress) {
+  for (const auto& feature : engine.features())
+    for (const StepReport& r : feature->take_reports()) {
+      if (metrics) metrics->write(r.line);
+      progress.message(r.message);
+    }
 }
 
 }  // namespace
@@ -175,20 +155,16 @@ void Trainer::set_up() {
           std::to_string(run_steps) + " steps: every input channel stays in NVFP4 (set out_control.calib_start " +
           "and calib_steps to calibrate earlier)");
   }
-  if (recipe_.osci_reset.enabled) {
-    // Data parallelism: every rank runs its own replica of the tracker. After each step's all-gather
-    // the ranks hold the same master weights bit for bit, and the tracker is a deterministic function
-    // of them, so every rank tracks and resets the same elements to the same values: no collective is
-    // needed and the ranks stay identical (docs/DIST.md, "OsciReset under data parallelism").
-    // The single-process CUDA engine runs the per-element work on the GPU; other engines, and data-parallel
-    // runs, use the host form (docs/OSCI_RESET.md).
-    auto* device_form = dynamic_cast<OsciBackendSource*>(engine_.get());
-    // A fractional start is of the schedule's length, which a resumed run shares (train.steps may differ).
-    osci_ = std::make_unique<OsciReset>(recipe_.osci_reset, cfg_.schedule_steps(),
-                                        osci_targets(engine_->parameters(), recipe_, cfg_.model.n_layers),
-                                        device_form ? device_form->make_osci_backend() : nullptr);
-    log("osci_reset: the " + osci_->backend().where() + " form tracks the weights");
-  }
+  // The recipe's step features, now that the engine knows whether it is data-parallel; OsciReset's
+  // fractional start is a fraction of the schedule's length, which a resumed run shares (train.steps
+  // may differ between the invocations).
+  StepContext step_context;
+  step_context.total_steps = cfg_.schedule_steps();
+  step_context.data_parallel = comm_ != nullptr;
+  engine_->set_step_context(step_context);
+  for (const auto& feature : engine_->features())
+    if (const std::string summary = feature->summary(); !summary.empty())
+      log(feature->name() + ": " + summary);
 
   // Rank 0 prepares the data when needed; the others read it once it is there.
   const auto data_log = [this](const std::string& l) { log(l); };
@@ -220,12 +196,7 @@ void Trainer::set_up() {
   val_ = std::make_unique<ValidationLoader>(vo);
 
   if (ckpt) {
-    // The tracker's tensors travel with the engine state in the checkpoint; each side takes its own.
-    Checkpoint engine_part = *ckpt;
-    std::erase_if(engine_part.state, [](const StateTensor& t) { return t.name.rfind(OsciReset::kStatePrefix, 0) == 0; });
-    restore_engine(*engine_, engine_part);
-    if (osci_) apply_fp4_columns(*engine_, *osci_);
-    if (osci_) osci_->load_state(ckpt->state);
+    restore_engine(*engine_, *ckpt);  // the engine's state includes its features' (engine->features())
     const fs::path trainer_file = ckpt->dir / "trainer.json";
     try {
       train_->restore(LoaderState::from_json(ckpt->trainer.at("loader")));
@@ -276,9 +247,7 @@ fs::path Trainer::save(Progress& progress) {
   SaveOptions so;
   so.keep_last = cfg_.train.keep_checkpoints;
   so.after_stage = options_.checkpoint_stage;
-  std::vector<StateTensor> state = engine_->save_state();  // collective with data parallelism
-  if (osci_)
-    for (StateTensor& t : osci_->save_state()) state.push_back(std::move(t));
+  std::vector<StateTensor> state = engine_->save_state();  // collective with data parallelism; features' too
   std::exception_ptr error;
   if (lead()) {
     try {
@@ -312,23 +281,6 @@ fs::path Trainer::save(Progress& progress) {
   if (!lead()) last_checkpoint_ = checkpoint_root(run_dir_) / checkpoint_name(step_);
   progress.message("saved checkpoint " + last_checkpoint_.string());
   return last_checkpoint_;
-}
-
-void Trainer::run_osci_reset(Progress& progress) {
-  EngineWeightAccess weights(*engine_);
-  const std::optional<OsciResetReport> report = osci_->after_step(step_, weights);
-  if (!report) return;
-  int64_t tracked = 0, reset = 0;
-  nlohmann::json layers = nlohmann::json::array();
-  for (const OsciLayerReport& l : report->layers) {
-    tracked += l.tracked;
-    reset += l.reset;
-    layers.push_back({{"name", l.name}, {"tracked", l.tracked}, {"reset", l.reset}, {"mean_risk", l.mean_risk}});
-  }
-  if (metrics_)
-    metrics_->write({{"type", "osci_reset"}, {"step", step_}, {"tracked", tracked}, {"reset", reset}, {"layers", layers}});
-  progress.message("osci_reset at step " + std::to_string(step_) + ": " + std::to_string(reset) + " of " +
-                   std::to_string(tracked) + " weights reset to their grid points");
 }
 
 EvalResult Trainer::evaluate(Progress& progress) {
@@ -397,8 +349,7 @@ TrainResult Trainer::run() {
     if (!std::isfinite(s.loss)) fail(step_ + 1, "the loss is " + std::to_string(s.loss));
     ++step_;
     tokens_ += cfg_.tokens_per_step();
-    report_out_control(*engine_, osci_.get(), metrics_.get(), progress);
-    if (osci_) run_osci_reset(progress);
+    write_feature_reports(*engine_, metrics_.get(), progress);
     interval_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     interval_tokens += cfg_.tokens_per_step();
 

@@ -14,7 +14,6 @@
 #include "dist/communicator.h"
 #include "dist/dist_env.h"
 #include "model/engine.h"
-#include "optim/osci_reset.h"
 #include "recipe/recipe.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
@@ -84,7 +83,6 @@ class Trainer {
   void set_up();  // everything after the run dir is locked
   void log(const std::string& line);
   nlohmann::json trainer_state() const;
-  void run_osci_reset(Progress& progress);
   std::filesystem::path save(Progress& progress);
   EvalResult evaluate(Progress& progress);
 
@@ -108,7 +106,6 @@ class Trainer {
   double elapsed_before_ = 0;  // seconds spent in earlier sessions of this run
   std::chrono::steady_clock::time_point session_start_;
   std::unique_ptr<MetricsFile> metrics_;  // rank 0 only
-  std::unique_ptr<OsciReset> osci_;       // when the recipe enables OsciReset
 };
 
 }  // namespace fp4

@@ -12,6 +12,7 @@
 #include "nn/cuda/device_params.h"
 #include "model/cuda/lora_svd_realigner.h"
 #include "model/olmo2.h"
+#include "model/step_features.h"
 #include "nn/out_control.h"
 #include "ops/cuda/elementwise_cuda.h"
 #include "ops/cuda/gemm_cublaslt.h"
@@ -117,6 +118,8 @@ class CudaEngine final : public TrainingEngine,
     opt_ = cuda::make_device_optimizer(recipe.optimizer, *params_, stream_.get(), seed);
     model_ = std::make_unique<cuda::CudaOlmo2>(cfg_, recipe, *params_, gemm_, stream_.get());
     model_->quant_context().seed = seed;
+    recipe_ = recipe;
+    features_ = make_features(StepContext{});
   }
 
   ~CudaEngine() override {
@@ -134,19 +137,15 @@ class CudaEngine final : public TrainingEngine,
     set_device();
     const int64_t step = optimizer_steps() + 1;
     const std::string where = "train step " + std::to_string(step);
-    if (OutControl* oc = model_->out_control()) oc->begin_step(step);
+    for (const auto& f : features_) f->begin_step(step);
     const int64_t total = run_micro_batches(micro_batches, where);
     if (comm_) overlap_ ? wait_for_reductions() : reduce_gradients();
     opt_->queue_step(*params_, hyper, sums_.data());
     if (comm_) gather_parameters();
     const StepStats stats = finish(where, total);
-    end_out_control_step(step);
+    for (const auto& f : features_) f->end_step(step);
     opt_->commit_step();
-    // LoRA-SVD realignment after the step, as the CPU engine after opt_->step: the factors' moments restart.
-    if (lora_ && lora_->due(step)) {
-      lora_->realign(step, *params_);
-      opt_->reset_moments(lora_->factor_ranges(*params_));
-    }
+    for (const auto& f : features_) f->after_update(step);
     return stats;
   }
 
@@ -171,6 +170,12 @@ class CudaEngine final : public TrainingEngine,
     for (const auto& b : buckets_) bucket_ranges_.push_back(bucket_shards(b.range, shards_));
     lane_ = std::make_unique<CommLane>(buckets_.size());
     opt_->set_shard(*params_, shards_, comm_);
+  }
+
+  std::span<const std::unique_ptr<StepFeature>> features() override { return features_; }
+  void set_step_context(const StepContext& ctx) override {
+    FP4_CHECK(optimizer_steps() == 0, "CUDA engine: the step context must be set before the first step");
+    features_ = make_features(ctx);
   }
 
   void set_overlap(bool on) override { overlap_ = on; }
@@ -267,7 +272,7 @@ class CudaEngine final : public TrainingEngine,
       out.push_back(f32_state_tensor(p.info.name, p.info.shape, buf));
     }
     for (auto& t : opt_->save_state(*params_)) out.push_back(std::move(t));  // the CPU optimizer's tensors
-    append_out_control_state(model_->out_control(), out);                   // last, as in the CPU engine
+    append_feature_state(features_, out);                                    // last, as in the CPU engine
     return out;
   }
 
@@ -284,19 +289,35 @@ class CudaEngine final : public TrainingEngine,
       const StateTensor* t = values[static_cast<size_t>(i)];
       params_->write_value(i, {reinterpret_cast<const float*>(t->bytes.data()), t->bytes.size() / sizeof(float)});
     }
-    if (OutControl* oc = model_->out_control()) oc->load_state(state);
+    for (const auto& f : features_) f->load_state(state);
   }
 
  private:
   void set_device() const { FP4_CUDA_CHECK(cudaSetDevice(device_)); }
 
-  // OutControl after a step (the CPU engine's out_control_end_step): the layers' device sums join the
-  // registry's step sums; with data parallelism they are summed over the ranks in one host collective
-  // (the device communicator's all_reduce_sum takes device memory), so every rank freezes the same
-  // channels. Then the window may close (the report waits in the registry for the trainer).
-  void end_out_control_step(int64_t step) {
+  // The CUDA backends of the recipe's features (check_cuda_engine_recipe refuses the others): OutControl's
+  // device sums, OsciReset's device form.
+  StepFeatures make_features(const StepContext& ctx) {
+    StepFeatureBackends b;
+    b.engine = this;
+    b.out_control = model_->out_control();
+    b.out_control_sums = [this] { collect_out_control_sums(); };
+    b.osci_device_backend = [this] { return make_osci_backend(); };
+    if (lora_) {  // realignment number `index`, then the factors' moments restart (as the CPU engine)
+      b.lora_svd = &lora_->registry();
+      b.lora_svd_realign = [this](int64_t index) {
+        lora_->realign(index * lora_->registry().config().realign_every, *params_);
+        opt_->reset_moments(lora_->factor_ranges(*params_));
+      };
+    }
+    return make_step_features(recipe_, ctx, b);
+  }
+
+  // OutControl's step sums (before its end_step): the layers' device sums join the registry's step sums;
+  // with data parallelism they are summed over the ranks in one host collective (the device
+  // communicator's all_reduce_sum takes device memory), so every rank freezes the same channels.
+  void collect_out_control_sums() {
     OutControl* oc = model_->out_control();
-    if (!oc) return;
     model_->collect_out_control_sums();
     if (comm_) {
       std::vector<double> all;
@@ -313,7 +334,6 @@ class CudaEngine final : public TrainingEngine,
         at += s.size();
       }
     }
-    oc->end_step(step);
   }
 
   int64_t optimizer_steps() const { return opt_->step_count(); }
@@ -453,6 +473,8 @@ class CudaEngine final : public TrainingEngine,
   std::unique_ptr<cuda::DeviceOptimizer> opt_;  // the recipe's optimizer (cuda::make_device_optimizer)
   std::unique_ptr<cuda::CudaOlmo2> model_;
   std::unique_ptr<cuda::LoraSvdRealigner> lora_;  // lora_svd, when the recipe enables it
+  Recipe recipe_;
+  StepFeatures features_;         // the recipe's (make_step_features), in the order they act
   Communicator* comm_ = nullptr;  // data parallelism, when set
   std::vector<IndexRange> shards_;
   std::vector<GradBucket> buckets_;

@@ -29,6 +29,7 @@ class LoraSvdRealigner {
   void realign(int64_t step, DeviceParams& params) const;
   // Flat-buffer ranges of every L1 and L2 (whose optimizer moments reset after a realignment).
   std::vector<IndexRange> factor_ranges(const DeviceParams& params) const;
+  const LoraSvd& registry() const { return registry_; }
 
  private:
   LoraSvd registry_;

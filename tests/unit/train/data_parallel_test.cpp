@@ -150,7 +150,7 @@ TEST_F(DataParallelTest, CheckpointOfTwoRanksResumesOnThreeAndOnOne) {
   }
 }
 
-// OsciReset runs as a replica on every rank (trainer.cpp says why). NVFP4 weights only (16x16 blocks,
+// OsciReset runs as a replica on every rank (model/step_features.cpp says why). NVFP4 weights only (16x16 blocks,
 // tensor scale, RTN) and BF16 elsewhere, so that 1 and N ranks differ only by the gradient summation
 // order; windows of 3 steps every 4 from step 2 (resets after steps 5 and 9), threshold 1 so that
 // weights do reset. Checked: the ranks hold the same weights bit for bit right after a reset (the run
