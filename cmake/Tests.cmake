@@ -29,7 +29,7 @@ endforeach()
 # Reference checks against PyTorch (Debian python3-torch, CPU): tests/reference/*.py
 find_program(FP4_SYSTEM_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
 
-# The layers: no folder of src/ includes one above it (scripts/check_layers.py, docs/ARCHITECTURE_LAYERS.md).
+# The layers: no folder of src/ includes one above it (scripts/check_layers.py, docs/ARCHITECTURE.md).
 add_test(NAME check_layers COMMAND ${FP4_SYSTEM_PYTHON} ${CMAKE_SOURCE_DIR}/scripts/check_layers.py --quiet)
 set_tests_properties(check_layers PROPERTIES LABELS cpu TIMEOUT 60)
 file(GLOB refs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/reference/check_*.py)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that the folders of src/ include each other only downwards (docs/ARCHITECTURE_LAYERS.md).
+"""Checks that the folders of src/ include each other only downwards (docs/ARCHITECTURE.md).
 
 Reads every source file under src/ (cuda/ subfolders count as their parent folder), apps/, bench/ and
 examples/, collects its project includes ("folder/file.h"), prints the include edges between folders
