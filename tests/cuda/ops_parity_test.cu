@@ -6,7 +6,7 @@
 // BF16 bounds are sized for BF16 outputs (2^-9 relative rounding per element). Quantization is bit-exact.
 //
 // Adding a kernel: write its run_<op>(Parity&, std::mt19937&) next to the others and add a row
-// (docs/ARCHITECTURE_LAYERS.md, "Adding a kernel").
+// (docs/ARCHITECTURE.md, "Adding a kernel").
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
