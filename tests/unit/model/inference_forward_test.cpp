@@ -108,7 +108,7 @@ TEST(InferenceForwardModel, LossEqualsTrainingForwardAndBackwardIsRefused) {
     model.quant_context().seed = seed;
     model.quant_context().call = rng() & 0xFFFF;
     // Token counts that are whole 128-blocks (block128 outer scales of Q6 along tokens).
-    for (const auto [b, t] : {std::pair{2, 64}, std::pair{4, 32}, std::pair{1, 128}}) {
+    for (const auto& [b, t] : {std::pair{2, 64}, std::pair{4, 32}, std::pair{1, 128}}) {
       const Batch batch = random_batch(cfg, b, t, rng);
       model.forward(batch.tokens.data(), b, t, ForwardMode::kTraining);
       const cpu::LossSums train = model.loss(batch.targets.data(), false, 0.0f);

@@ -14,6 +14,19 @@
 namespace fp4 {
 namespace {
 
+// A recipe holding only the given leading fields (name, description, linear policy, bf16 layers, optimizer).
+Recipe policy_of(std::string name, std::string description, const LinearPolicy& linear,
+                 std::vector<int> bf16_layers = {}, std::string optimizer = "adamw") {
+  Recipe r;
+  r.name = std::move(name);
+  r.description = std::move(description);
+  r.linear = linear;
+  r.bf16_layers = std::move(bf16_layers);
+  r.optimizer = std::move(optimizer);
+  return r;
+}
+
+
 namespace fs = std::filesystem;
 using testing::expect_error;
 
@@ -77,8 +90,8 @@ TEST(PresetExtends, ShrunkPresetsResolveToTheirFormerFullText) {
 TEST(PresetExtends, NewPresetsHoldWhatSection4bSays) {
   const Recipe base = load_recipe("tetrajet-v2-base");
   const Recipe full = load_recipe("tetrajet-v2");
-  EXPECT_EQ(to_toml(Recipe{full.name, full.description, full.linear, full.bf16_layers, full.optimizer}),
-            to_toml(Recipe{full.name, full.description, base.linear, base.bf16_layers, base.optimizer}));
+  EXPECT_EQ(to_toml(policy_of(full.name, full.description, full.linear, full.bf16_layers, full.optimizer)),
+            to_toml(policy_of(full.name, full.description, base.linear, base.bf16_layers, base.optimizer)));
   EXPECT_TRUE(full.out_control.enabled);
   EXPECT_DOUBLE_EQ(full.out_control.ratio, 0.1);
   EXPECT_EQ(full.out_control.round_to, 16);
@@ -107,7 +120,7 @@ TEST(PresetExtends, NewPresetsHoldWhatSection4bSays) {
   EXPECT_EQ(to_toml(tail), to_toml(nvidia));
 
   const Recipe fs4 = load_recipe("fullstack-fp4");
-  EXPECT_EQ(to_toml(Recipe{"x", "", fs4.linear}), to_toml(Recipe{"x", "", nvidia.linear}));
+  EXPECT_EQ(to_toml(policy_of("x", "", fs4.linear)), to_toml(policy_of("x", "", nvidia.linear)));
   EXPECT_TRUE(fs4.lora_svd.enabled);
   EXPECT_EQ(fs4.lora_svd.rank, 32);
   EXPECT_EQ(fs4.optimizer, "q-root");
@@ -116,7 +129,7 @@ TEST(PresetExtends, NewPresetsHoldWhatSection4bSays) {
   EXPECT_FALSE(fs4.osci_reset.enabled);
 
   const Recipe max = load_recipe("fp4train-max");
-  EXPECT_EQ(to_toml(Recipe{"x", "", max.linear}), to_toml(Recipe{"x", "", base.linear}));
+  EXPECT_EQ(to_toml(policy_of("x", "", max.linear)), to_toml(policy_of("x", "", base.linear)));
   EXPECT_TRUE(max.out_control.enabled && max.osci_reset.enabled && max.lora_svd.enabled &&
               max.attention.q_attn);
   EXPECT_EQ(max.optimizer, "q-root");

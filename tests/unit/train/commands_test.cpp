@@ -56,7 +56,10 @@ TEST_F(CommandsTest, TrainThenEvalAndSampleFromTheRunDir) {
   e.batches = 3;
   EXPECT_EQ(eval_command(e).loss, r.final_eval.loss);
   e.checkpoint = r.last_checkpoint;
-  const EvalResult all = eval_command(EvalArgs{r.last_checkpoint, (tmp_ / "shards").string(), 0, ""});
+  EvalArgs whole;  // every window of the prepared split
+  whole.checkpoint = r.last_checkpoint;
+  whole.data = (tmp_ / "shards").string();
+  const EvalResult all = eval_command(whole);
   EXPECT_GT(all.tokens, eval_command(e).tokens);
 
   SampleArgs s;
