@@ -152,7 +152,7 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
 
   // One block per iteration of a loop that is not unrolled, the next block's load in flight meanwhile: the
   // kernel's hot code then fits the instruction caches (unrolled, every warp ran ~6,000 distinct instructions
-  // once and stalled on instruction fetch a quarter of the time; docs/BENCHMARKS.md, sixth session).
+  // once and stalled on instruction fetch a quarter of the time; docs/BENCHMARKS.md, quantizers: tried and not kept).
   unsigned nonfinite = 0;
   auto load_block = [&](int s, qk::Raw16<F::kIo>& raw) {
     const int rl = s * 32 + warp * 4 + (lane >> 3);

@@ -107,7 +107,7 @@ __device__ __forceinline__ float prepare16(const QuantArgs& a, const Raw16<T>& r
 }
 
 // Thread blocks per SM the 1x16 kernel is compiled for. Block128 RTN on BF16 (with or without RHT16) waits
-// on its loads, not on issue (ncu, docs/BENCHMARKS.md eighth session), and fits 64 registers without
+// on its loads, not on issue (ncu, docs/BENCHMARKS.md, quantizers), and fits 64 registers without
 // spills: four blocks per SM there, three elsewhere (the SR and Four Over Six forms would spill at 64).
 constexpr int rows_min_blocks(QuantIoType t, bool block128, bool sr, int rht, bool fos) {
   return t == QuantIoType::kBF16 && block128 && !sr && !fos && (rht == 0 || rht == 16) ? 4 : 3;
@@ -123,10 +123,10 @@ __global__ void __launch_bounds__(kThreads, rows_min_blocks(T, kBlock128, kSr, k
   const int64_t b0 = static_cast<int64_t>(blockIdx.x) * (kItems * kThreads) + threadIdx.x;
   // Modes with SR, an RHT, Four Over Six or block128 scales run the item loop rolled: unrolled, every warp
   // streamed 6,000-17,000 distinct instructions once through the instruction caches (the dual quantizer's
-  // ncu profile, docs/BENCHMARKS.md sixth session). Rolled, two items' loads are in flight (the one being
+  // ncu profile, docs/BENCHMARKS.md, quantizers). Rolled, two items' loads are in flight (the one being
   // quantized and the next), one with Four Over Six (its candidate encodings need the registers): within
   // three thread blocks per SM without spills. FP32 input (two items) stays unrolled: rolled, its block128
-  // RTN form took 29.6 us instead of 27.0 us on 4096 x 4096 (docs/BENCHMARKS.md, seventh session).
+  // RTN form took 29.6 us instead of 27.0 us on 4096 x 4096 (docs/BENCHMARKS.md, quantizers: tried and not kept).
   constexpr bool kRolled = T == QuantIoType::kBF16 && (kBlock128 || kSr || kRht != 0 || kFos);
   constexpr int kAhead = !kRolled ? kItems : kFos ? 1 : 2;
   auto load_item = [&](int s, Raw16<T>& raw) {
