@@ -65,4 +65,9 @@ if(FP4_SYSTEM_PYTHON)
            COMMAND ${FP4_SYSTEM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_cli.py --binary $<TARGET_FILE:fp4train>
                    --per-family 200 --jobs 2)
   set_tests_properties(fuzz_cli PROPERTIES LABELS cpu TIMEOUT 600)
+  # Kill trials (tests/fuzz/kill_trials.py): SIGKILL at random moments and during saves, resume, compare bit
+  # for bit with the uninterrupted run; FP4_KILL_TRIALS raises the number of trials.
+  add_test(NAME kill_trials
+           COMMAND ${FP4_SYSTEM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/fuzz/kill_trials.py --binary $<TARGET_FILE:fp4train>)
+  set_tests_properties(kill_trials PROPERTIES LABELS cpu TIMEOUT 300)
 endif()

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
@@ -13,7 +15,6 @@
 #include "report/svg_plot.h"
 #include "report/tables.h"
 #include "train/file_io.h"
-#include "train/metrics.h"
 
 namespace fp4 {
 namespace {
@@ -32,6 +33,56 @@ std::string run_label(const std::filesystem::path& dir) {
     }
   }
   return dir.filename().string();
+}
+
+// A metrics.jsonl line is one JSON object; `where` is "<file>:<line>" for the errors.
+nlohmann::json parse_record(const std::string& line, const std::string& where) {
+  const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  FP4_CHECK(!j.is_discarded(), where,
+            ": not valid JSON (a torn or damaged line); accepted: one JSON object per line");
+  FP4_CHECK(j.is_object(), where, ": ", j.dump().substr(0, 80),
+            " is not a JSON object; accepted: one JSON object per line");
+  return j;
+}
+
+const nlohmann::json& field(const nlohmann::json& j, const char* key, const std::string& where,
+                            const std::string& what, const char* accepted) {
+  FP4_CHECK(j.contains(key), where, ": ", what, " has no \"", key, "\" field; accepted: ", accepted);
+  return j[key];
+}
+
+std::string string_field(const nlohmann::json& j, const char* key, const std::string& where,
+                         const std::string& what) {
+  const auto& v = field(j, key, where, what, "a string");
+  FP4_CHECK(v.is_string(), where, ": ", what, "'s \"", key, "\" is ", v.dump().substr(0, 80),
+            "; accepted: a string");
+  return v.get<std::string>();
+}
+
+int64_t integer_field(const nlohmann::json& j, const char* key, const std::string& where,
+                      const std::string& what) {
+  const auto& v = field(j, key, where, what, "an integer >= 0");
+  FP4_CHECK((v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)) ||
+                (v.is_number_integer() && v.get<int64_t>() >= 0),
+            where, ": ", what, "'s \"", key, "\" is ", v.dump().substr(0, 80), "; accepted: an integer >= 0");
+  return v.get<int64_t>();
+}
+
+// A number, or null: the trainer writes a non-finite value (a diverged loss) as null, read back as NaN.
+double number_field(const nlohmann::json& j, const char* key, const std::string& where,
+                    const std::string& what) {
+  const auto& v = field(j, key, where, what, "a number or null");
+  FP4_CHECK(v.is_number() || v.is_null(), where, ": ", what, "'s \"", key, "\" is ", v.dump().substr(0, 80),
+            "; accepted: a number or null");
+  return v.is_null() ? kNaN : v.get<double>();
+}
+
+const nlohmann::json& array_field(const nlohmann::json& j, const char* key, const std::string& where,
+                                  const std::string& what) {
+  const auto& v = field(j, key, where, what, "an array");
+  FP4_CHECK(v.is_array(), where, ": ", what, "'s \"", key, "\" is ", v.dump().substr(0, 80),
+            "; accepted: an array");
+  return v;
 }
 
 std::vector<double> ema(const std::vector<double>& v, double smoothing) {
@@ -82,33 +133,53 @@ RunSummary summarize_run(const std::filesystem::path& dir) {
   s.non_embedding_params = read_non_embedding_params(dir);
   s.val_loss = s.val_ppl = kNaN;
   std::vector<double> speeds;
-  for (const auto& j : read_metrics(metrics)) {
-    const std::string type = j.value("type", "");
+  std::istringstream in(read_file(metrics));
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    const std::string where = metrics.string() + ":" + std::to_string(n);
+    const nlohmann::json j = parse_record(line, where);
+    const std::string type = string_field(j, "type", where, "a record");
+    const std::string what = "a \"" + type + "\" record";
     if (type == "train") {
-      s.train_tokens.push_back(j.value("tokens", 0.0));
-      s.train_loss.push_back(j.value("loss", kNaN));
-      s.last_step = std::max<int64_t>(s.last_step, j.value("step", int64_t{0}));
-      s.tokens = std::max<int64_t>(s.tokens, j.value("tokens", int64_t{0}));
-      if (j.value("tokens_per_s", 0.0) > 0) speeds.push_back(j.value("tokens_per_s", 0.0));
+      const int64_t step = integer_field(j, "step", where, what);
+      const int64_t tokens = integer_field(j, "tokens", where, what);
+      s.train_loss.push_back(number_field(j, "loss", where, what));
+      s.train_tokens.push_back(static_cast<double>(tokens));
+      s.last_step = std::max(s.last_step, step);
+      s.tokens = std::max(s.tokens, tokens);
+      const double speed = j.contains("tokens_per_s") ? number_field(j, "tokens_per_s", where, what) : kNaN;
+      if (speed > 0) speeds.push_back(speed);
     } else if (type == "osci_reset") {
       OsciWindowRecord w;
-      w.step = j.value("step", int64_t{0});
-      for (const auto& l : j.value("layers", nlohmann::json::array()))
-        w.layers.push_back({l.value("name", ""), l.value("tracked", int64_t{0}), l.value("reset", int64_t{0}),
-                            l.value("mean_risk", kNaN)});
+      w.step = integer_field(j, "step", where, what);
+      for (const auto& l : array_field(j, "layers", where, what)) {
+        const std::string layer = what + "'s layer";
+        FP4_CHECK(l.is_object(), where, ": ", what, "'s \"layers\" holds ", l.dump(),
+                  "; accepted: objects with name, tracked, reset, mean_risk");
+        w.layers.push_back({string_field(l, "name", where, layer), integer_field(l, "tracked", where, layer),
+                            integer_field(l, "reset", where, layer),
+                            number_field(l, "mean_risk", where, layer)});
+      }
       s.osci.push_back(std::move(w));
     } else if (type == "out_control") {
-      s.out_control_step = j.value("step", int64_t{0});
+      s.out_control_step = integer_field(j, "step", where, what);
       s.out_control.clear();
-      for (const auto& l : j.value("layers", nlohmann::json::array()))
-        s.out_control.push_back({l.value("name", ""), l.value("channels", int64_t{0}),
-                                 l.value("in_features", int64_t{0}), l.value("share", kNaN)});
+      for (const auto& l : array_field(j, "layers", where, what)) {
+        const std::string layer = what + "'s layer";
+        FP4_CHECK(l.is_object(), where, ": ", what, "'s \"layers\" holds ", l.dump(),
+                  "; accepted: objects with name, channels, in_features, share");
+        s.out_control.push_back(
+            {string_field(l, "name", where, layer), integer_field(l, "channels", where, layer),
+             integer_field(l, "in_features", where, layer), number_field(l, "share", where, layer)});
+      }
     } else if (type == "eval") {
-      s.val_tokens.push_back(j.value("tokens", 0.0));
-      s.val_losses.push_back(j.value("val_loss", kNaN));
-      s.val_loss = j.value("val_loss", kNaN);
-      s.val_ppl = j.value("val_ppl", kNaN);
+      s.val_tokens.push_back(number_field(j, "tokens", where, what));
+      s.val_losses.push_back(number_field(j, "val_loss", where, what));
+      s.val_loss = s.val_losses.back();
+      s.val_ppl = number_field(j, "val_ppl", where, what);
     }
+    // Other types (error, init_from, lines of later versions) carry nothing the report shows.
   }
   FP4_CHECK(!s.train_loss.empty(), "report: ", metrics.string(), " holds no training records");
   const size_t tail = std::max<size_t>(1, s.train_loss.size() / 20);

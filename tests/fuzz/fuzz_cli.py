@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Fuzz test of the fp4train binary: a fixed, seeded corpus of mutated inputs per family (run configs,
---set overrides, recipes, manifests and shards, checkpoints, tokenizer files, CLI arguments).
+--set overrides, recipes, manifests and shards, checkpoints, tokenizer files, metrics.jsonl lines for
+`report`, CLI arguments).
 
 Every run must end by itself within the timeout, never by a signal, and leave no temporary file behind.
 A refused input exits non-zero with an `error:` line (or a command-line parser message) that names the
@@ -257,6 +258,39 @@ class Fuzz:
         return ["prepare", "--input", os.path.join(self.work, "text/train"), "--tokenizer", "tok", "--out", "out",
                 "--threads", "1"], d, {}
 
+    def reports(self, rng, i):
+        # The base run's metrics.jsonl with one line damaged: a record without a field the report reads
+        # or a line that is no object must be refused naming the file; other edits may stay valid.
+        d = self.case_dir("report", i)
+        os.makedirs(os.path.join(d, "run"))
+        lines = open(os.path.join(self.work, "base", "metrics.jsonl")).read().splitlines()
+        train = [k for k, l in enumerate(lines) if json.loads(l).get("type") == "train"]
+        k = rng.randrange(len(lines))
+        kind = rng.randrange(4)
+        must_fail = kind < 2
+        if kind == 0:
+            lines[k] = rng.choice(["{}", "5", "[1, 2]", "null", "\"train\"", "{\"type\": \"train\"}",
+                                   "{\"type\": 3}", "{\"type\": \"eval\"}", "{\"type\": \"osci_reset\"}"])
+        elif kind == 1:
+            k = rng.choice(train)
+            rec = json.loads(lines[k])
+            del rec[rng.choice(["type", "step", "tokens", "loss"])]
+            lines[k] = json.dumps(rec)
+        elif kind == 2:
+            rec = json.loads(lines[k])
+            text = rng.choice(VALUES)
+            try:
+                rec[rng.choice(list(rec))] = json.loads(text)
+            except ValueError:
+                rec[rng.choice(list(rec))] = text
+            lines[k] = json.dumps(rec)
+        else:
+            blob = "\n".join(lines)
+            lines = [blob[: rng.randrange(len(blob))]]
+        with open(os.path.join(d, "run", "metrics.jsonl"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return ["report", "run", "--svg", "curves.svg"], d, {"must_fail": must_fail, "names": ["metrics.jsonl"]}
+
     def cli(self, rng, i):
         words = ["train", "prepare", "eval", "sample", "export", "report", "launch", "--config", "--set", "--recipe",
                  "--out", "--resume", "--input", "--tokenizer", "--threads", "--val-fraction", "--val-sample",
@@ -276,7 +310,7 @@ class Fuzz:
         self.setup()
         families = [("config", self.configs), ("set", self.overrides), ("recipe", self.recipes),
                     ("data", self.data), ("checkpoint", self.checkpoints), ("tokenizer", self.tokenizers),
-                    ("cli", self.cli)]
+                    ("report", self.reports), ("cli", self.cli)]
         cases = []
         for name, make in families:
             rng = random.Random(f"{self.seed}-{name}")
