@@ -68,8 +68,6 @@ Trainer::Trainer(RunConfig cfg, TrainerOptions options)
 void Trainer::set_up_data_parallel(int64_t resume_step) {
   comm_ = make_communicator(dist_, cfg_.train.device == "cuda", [this](const std::string& l) { log(l); });
   const int world = comm_->world_size();
-  FP4_CHECK(cfg_.data.batch >= world, "data.batch = ", cfg_.data.batch, " rows cannot be split over ", world,
-            " processes: each rank needs at least one row of every micro-batch");
   // 128-element alignment: a shard boundary then falls on a tile of the quantized optimizer states
   // (q-adamw's 128-element tiles) as well as on AdamW's elements.
   const ShardPlan plan = make_shard_plan(engine_->parameters(), world, 128);
@@ -113,6 +111,10 @@ void Trainer::set_up() {
   check_micro_batch_tokens(recipe_, cfg_.data.batch, cfg_.data.seq, dist_.launched ? dist_.world_size : 1);
   schedule_ = make_lr_schedule(cfg_);
 
+  // Before anything is written, so a job the launcher stops when a rank fails leaves no checkpoint folder.
+  if (dist_.launched)
+    FP4_CHECK(cfg_.data.batch >= dist_.world_size, "data.batch = ", cfg_.data.batch, " rows cannot be split over ",
+              dist_.world_size, " processes: each rank needs at least one row of every micro-batch");
   if (lead()) prepare_checkpoint_root(run_dir_);  // unwritable: refused now, not at the first save
   std::optional<Checkpoint> ckpt;
   const auto latest = latest_checkpoint(run_dir_);
