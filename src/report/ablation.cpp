@@ -1,4 +1,5 @@
 #include "report/ablation.h"
+#include "report/number_format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -20,15 +21,8 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::string fmt(double v, const char* f) {
-  if (!std::isfinite(v)) return "-";
-  char b[48];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-std::string pct(double v) {
-  return std::isfinite(v) ? fmt(100 * v, "%.1f") + "%" : "-";
-}
+std::string fmt(double v, const char* f) { return report_format::number(v, f); }
+std::string pct(double v) { return report_format::percent(v); }
 
 std::vector<std::string> labels_in_order(const std::vector<RunSummary>& runs) {
   std::vector<std::string> out;

@@ -1,4 +1,5 @@
 #include "report/tables.h"
+#include "report/number_format.h"
 
 #include <cmath>
 #include <cstdio>
@@ -7,16 +8,8 @@
 namespace fp4 {
 namespace {
 
-std::string fmt(double v, const char* f = "%.4f") {
-  if (!std::isfinite(v)) return "-";
-  char b[48];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-
-std::string percent(double share) {
-  return std::isfinite(share) ? fmt(100.0 * share, "%.1f") + "%" : "-";
-}
+using report_format::percent;
+std::string fmt(double v, const char* f = "%.4f") { return report_format::number(v, f); }
 
 std::string seed_list(const std::vector<std::optional<uint64_t>>& seeds) {
   std::string s;
