@@ -490,10 +490,6 @@ void check_cuda_engine_recipe(const Recipe& recipe) {
   FP4_CHECK(cuda::is_device_optimizer(recipe.optimizer), "recipe ", recipe.name, ": optimizer = \"",
             recipe.optimizer, "\" is not available in the CUDA engine (", cuda::device_optimizers(),
             " only; set the recipe field optimizer)");
-  FP4_CHECK(!recipe.lora_svd.enabled || recipe.optimizer == "adamw", "recipe ", recipe.name,
-            ": lora_svd (LoRA-SVD projections) with optimizer = \"", recipe.optimizer, "\" runs on the CPU engine only ",
-            "so far (the CUDA engine resets the factors' moments at a realignment for adamw alone); use the cpu ",
-            "device or optimizer = \"adamw\"");
 }
 
 std::unique_ptr<TrainingEngine> make_cuda_engine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed,

@@ -160,6 +160,7 @@ class RootOnDevice final : public DeviceOptimizer {
     return root_.read_control(param_sumsq);
   }
   int64_t step_count() const override { return root_.step_count(); }
+  void reset_moments(std::span<const IndexRange> ranges) override { root_.reset_moments(ranges); }
 
   void check_shardable() const override {
     FP4_THROW(

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 
 #include "core/error.h"
 #include "optim/cuda/device_root.h"
@@ -22,6 +23,8 @@ DeviceRoot::DeviceRoot(const DeviceParams& params, cudaStream_t stream, uint64_t
   for (int i = 0; i < n_params_; ++i) {
     const Parameter& p = params.at(i);
     names_.push_back(p.info.name);
+    param_offset_.push_back(p.offset);
+    param_numel_.push_back(p.info.numel());
     offsets.push_back(p.offset);
     sizes.push_back(p.info.numel());
     if (root_eligible(p.info)) {
@@ -65,6 +68,25 @@ DeviceRoot::DeviceRoot(const DeviceParams& params, cudaStream_t stream, uint64_t
   FP4_CUDA_CHECK(cudaMemsetAsync(stats_.data(), 0, stats_.bytes(), stream_));
   FP4_CUDA_CHECK(cudaMemsetAsync(fault_.data(), 0, fault_.bytes(), stream_));
   if (!roots_.empty()) root_ = std::make_unique<RootStepCuda>(largest, opt_.precision);
+}
+
+void DeviceRoot::reset_moments(std::span<const IndexRange> ranges) {
+  // Zeroes the part of [begin, begin + n) of the flat parameter buffer that a range covers, in `dst`
+  // buffers holding that parameter from `dst_offset`.
+  auto zero = [&](const IndexRange& r, int64_t begin, int64_t n, std::initializer_list<float*> dst) {
+    const int64_t lo = std::max(r.begin, begin), hi = std::min(r.end, begin + n);
+    if (lo >= hi) return;
+    for (float* d : dst)
+      FP4_CUDA_CHECK(cudaMemsetAsync(d + (lo - begin), 0, static_cast<size_t>(hi - lo) * sizeof(float), stream_));
+  };
+  for (const IndexRange& r : ranges) {
+    for (const Matrix& mat : roots_)
+      zero(r, param_offset_[static_cast<size_t>(mat.param)], mat.rows * mat.cols, {m_.data() + mat.offset});
+    for (const AdamPart& a : adams_) {
+      const auto k = static_cast<size_t>(a.param);
+      zero(r, param_offset_[k], param_numel_[k], {am_.data() + a.offset, av_.data() + a.offset});
+    }
+  }
 }
 
 void DeviceRoot::queue_step(DeviceParams& params, const StepHyper& h, const double* loss_sums) {

@@ -52,6 +52,10 @@ class DeviceRoot {
   StepControl read_control(std::vector<double>& param_sumsq) const;
 
   int64_t step_count() const { return step_; }
+  // Zeroes the ROOT momentum and the AdamW moments of the elements in `ranges` (indices into the flat
+  // parameter buffer; queued on the stream), as the CPU RootOptimizer::reset_moments: LoRA-SVD's factors
+  // after a realignment. Step counters are kept.
+  void reset_moments(std::span<const IndexRange> ranges);
 
   // RootOptimizer::save_state's tensors in its order: root.m.<name>..., root.step, then AdamW's
   // adamw.m/v.<name> of the AdamW parameters and adamw.step.
@@ -85,6 +89,7 @@ class DeviceRoot {
   int64_t step_ = 0, adam_step_ = 0;
   int n_params_ = 0, n_chunks_ = 0;
   std::vector<std::string> names_;
+  std::vector<int64_t> param_offset_, param_numel_;  // each parameter's place in the flat buffer
   std::vector<Matrix> roots_;
   std::vector<AdamPart> adams_;
   std::vector<int32_t> adam_first_;  // AdamW parameter j owns adam_chunks_[adam_first_[j], adam_first_[j+1])
