@@ -3,7 +3,10 @@
 // around each launch; the median is reported), alternating between two input buffers so the input is
 // never served from L2. Bytes moved = bytes read + bytes written by the kernel. Nothing is asserted.
 //
-// usage: quantize_bench [--sizes-mib 64,256] [--dtypes bf16,f32] [--runs 20]
+// --json FILE also writes one JSON object a row (bench/bench_json.h): kernel, dtype (bf16 or fp32), size, shape,
+// bytes moved and median us, the copy row included; scripts/bench_to_json.py takes the ratios from them.
+//
+// usage: quantize_bench [--sizes-mib 64,256] [--dtypes bf16,f32] [--runs 20] [--json FILE]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_json.h"
 #include "numerics/hadamard.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/quantize_cuda.h"
@@ -23,6 +27,7 @@ struct Options {
   std::vector<int64_t> sizes_mib = {64, 256};
   std::vector<QuantIoType> dtypes = {QuantIoType::kBF16, QuantIoType::kF32};
   int runs = 20;
+  std::string json;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -55,8 +60,10 @@ Options parse(int argc, char** argv) {
     } else if (a == "--runs") {
       o.runs = std::stoi(v);
       FP4_CHECK(o.runs > 0, "quantize_bench: --runs must be positive");
+    } else if (a == "--json") {
+      o.json = v;
     } else {
-      FP4_THROW("quantize_bench: unknown option ", a, " (--sizes-mib, --dtypes, --runs)");
+      FP4_THROW("quantize_bench: unknown option ", a, " (--sizes-mib, --dtypes, --runs, --json)");
     }
   }
   return o;
@@ -103,7 +110,7 @@ struct Row {
   double bytes, us;
 };
 
-void run_size(int64_t mib, QuantIoType dtype, int runs, cudaStream_t stream) {
+void run_size(int64_t mib, QuantIoType dtype, int runs, cudaStream_t stream, bench::JsonRows& json) {
   const int64_t elem = dtype == QuantIoType::kBF16 ? 2 : 4;
   const int64_t n = mib * 1024 * 1024 / elem;
   const int64_t cols = n >= (int64_t{1} << 27) ? 8192 : 4096, rows = n / cols;
@@ -230,6 +237,8 @@ void run_size(int64_t mib, QuantIoType dtype, int runs, cudaStream_t stream) {
     const double gbs = r.bytes / r.us / 1e3;
     std::printf("| %-40s | %-4s | %5lld x %-5lld | %8.1f MB | %9.1f us | %7.0f GB/s | %5.2f |\n", r.kernel.c_str(), dt,
                 static_cast<long long>(rows), static_cast<long long>(cols), r.bytes / 1e6, r.us, gbs, gbs / copy_gbs);
+    json.write({{"kernel", r.kernel}, {"dtype", dtype == QuantIoType::kBF16 ? "bf16" : "fp32"}, {"mib", mib},
+                {"rows", rows}, {"cols", cols}, {"bytes", r.bytes}, {"median_us", r.us}, {"runs", runs}});
   }
   std::fflush(stdout);
 }
@@ -246,10 +255,11 @@ int main(int argc, char** argv) {
                 prop.multiProcessorCount, prop.l2CacheSize >> 20, o.runs);
     std::printf("| %-40s | %-4s | %-13s | %-11s | %-12s | %-12s | %-5s |\n", "kernel", "in", "shape", "bytes moved",
                 "median", "bandwidth", "/copy");
+    fp4::bench::JsonRows json(o.json, "quantize_bench", prop.name, argc, argv);
     cudaStream_t stream = nullptr;
     FP4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (const auto dtype : o.dtypes)
-      for (const int64_t mib : o.sizes_mib) fp4::run_size(mib, dtype, o.runs, stream);
+      for (const int64_t mib : o.sizes_mib) fp4::run_size(mib, dtype, o.runs, stream, json);
     FP4_CUDA_CHECK(cudaStreamDestroy(stream));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "quantize_bench: %s\n", e.what());

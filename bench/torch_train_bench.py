@@ -7,14 +7,20 @@ For each config: runs `<build>/train_bench --config C --batch B --seq T --steps 
 steps (which include compilation). Prints tokens/s, step time and peak memory of both and a Markdown table;
 ratio = fp4train tokens/s / torch tokens/s (above 1: fp4train is faster). fp4train's memory is the drop in
 free device memory while its engine runs (cudaMemGetInfo); torch's is max_memory_allocated over the timed
-steps (the table), with max_memory_reserved printed alongside.
+steps (the table), with max_memory_reserved printed alongside. --json FILE also writes one JSON object a
+table row (the raw figures, as the C++ benches' --json does), which scripts/bench_to_json.py merges into
+docs/benchmarks/latest.json.
 Usage: torch_train_bench.py [--build-dir build-gpu] [--configs olmo2-30m,...] [--batch 16] [--seq 2048]
-                            [--steps 20] [--warmup 5] [--recipes bf16[,nvidia-nvfp4,...]] [--cpu-smoke]
+                            [--steps 20] [--warmup 5] [--recipes bf16[,nvidia-nvfp4,...]] [--json FILE]
+                            [--cpu-smoke]
 """
 import argparse
+import datetime
+import json
 import math
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -270,6 +276,7 @@ def main():
     ap.add_argument("--compile-mode", default="default",
                     help="torch.compile mode(s) of the PyTorch side, comma-separated (" + ", ".join(COMPILE_MODES)
                     + "); with several, each config is timed in every mode and compared with the fastest")
+    ap.add_argument("--json", help="also write one JSON object a table row to this file (truncated)")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny FP32 model on the CPU, no GPU needed")
     args = ap.parse_args()
     configs = [c for c in args.configs.split(",") if c]
@@ -294,6 +301,11 @@ def main():
     print(f"torch_train_bench: torch {torch.__version__} on {torch.cuda.get_device_name()}, "
           f"B{args.batch} T{args.seq}, {args.warmup} warm-up + {args.steps} timed steps, "
           f"torch.compile mode(s) {', '.join(modes)}", flush=True)
+    # The run's identity on every JSON line (bench/bench_json.h writes the same fields).
+    ident = {"bench": "torch_train_bench", "device": torch.cuda.get_device_name(),
+             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+             "command": shlex.join(["python3", sys.argv[0]] + sys.argv[1:])}
+    json_out = open(args.json, "w") if args.json else None
     table = []
     for cfg in configs:
         fp4_rows = bench_fp4(exe, cfg, args.batch, args.seq, args.steps, args.warmup, args.recipes)
@@ -313,6 +325,13 @@ def main():
         for r in ordered:
             label = cfg if r is base else f"{cfg} [{r['recipe']}]"
             table.append((label, mode, tps, r["tps"], r["tps"] / tps, ms, r["ms"], peak, r["mem"]))
+            if json_out:
+                row = {"config": cfg, "recipe": r["recipe"], "torch_mode": mode, "torch_version": torch.__version__,
+                       "batch": args.batch, "seq": args.seq, "steps": args.steps, "warmup": args.warmup,
+                       "torch_tokens_s": tps, "torch_ms_step": ms, "torch_peak_gib": peak,
+                       "fp4train_tokens_s": r["tps"], "fp4train_ms_step": r["ms"], "fp4train_memory_gib": r["mem"]}
+                json_out.write(json.dumps({**row, **ident}) + "\n")
+                json_out.flush()
     print("\n| config | torch mode | torch tokens/s | fp4train tokens/s | ratio | torch step ms | fp4train step ms "
           "| torch peak GiB | fp4train GiB |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -321,6 +340,8 @@ def main():
               f"| {fmt(tmem, 2)} | {fmt(fmem, 2)} |")
     print("\nratio = fp4train tokens/s / torch tokens/s (torch in its fastest requested mode); rows with [recipe] "
           "compare that fp4train recipe with torch BF16.")
+    if json_out:
+        json_out.close()
     return 0
 
 

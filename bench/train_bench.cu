@@ -1,9 +1,11 @@
 // train_bench: training throughput and device memory of the CUDA engine (BF16 recipe, AdamW).
 //   train_bench [--config olmo2-30m] [--batch 16] [--seq 2048] [--micro 1] [--steps 20] [--warmup 3]
-//               [--recipes bf16,tetrajet-v2-base,...]
+//               [--recipes bf16,tetrajet-v2-base,...] [--json FILE]
 // A recipe may carry overrides after colons: `bf16:attention.q_attn=true` (values without ',' or ':').
 // Tokens are uniform over the real vocabulary (the speed does not depend on them). Prints one line:
 // tokens/s over the timed steps, the mean step time, and the device memory the engine holds.
+// --json FILE also writes one JSON object a recipe (bench/bench_json.h), the raw figures without ratios:
+// scripts/bench_to_json.py computes those against the run's bf16 row when it merges docs/benchmarks/latest.json.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_json.h"
 #include "core/error.h"
 #include "model/cuda/cuda_engine.h"
 #include "recipe/recipe_io.h"
@@ -24,6 +27,7 @@ namespace {
 int run(int argc, char** argv) {
   std::string config = "olmo2-30m";
   std::string recipes = "bf16";
+  std::string json_path;
   int batch = 16, seq = 2048, micro = 1, steps = 20, warmup = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
@@ -43,6 +47,8 @@ int run(int argc, char** argv) {
       warmup = std::stoi(v);
     else if (k == "--recipe" || k == "--recipes")
       recipes = v;
+    else if (k == "--json")
+      json_path = v;
     else
       FP4_THROW("train_bench: unknown argument ", k);
   }
@@ -55,6 +61,9 @@ int run(int argc, char** argv) {
     if (q > p) names.push_back(recipes.substr(p, q - p));
     p = q + 1;
   }
+  cudaDeviceProp prop{};
+  FP4_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  bench::JsonRows json(json_path, "train_bench", prop.name, argc, argv);
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> tok(0, cfg.vocab_real - 1);
   std::vector<Batch> mbs(static_cast<size_t>(micro));
@@ -103,6 +112,9 @@ int run(int argc, char** argv) {
               << " tokens/s, " << ms << " ms/step, device memory " << mem << " GiB, last loss " << loss
               << ", step time vs " << names.front() << " " << ms / base_ms << "x, memory vs " << names.front() << " "
               << mem / base_mem << "x\n";
+    json.write({{"config", cfg.name}, {"recipe", name}, {"batch", batch}, {"seq", seq}, {"micro", micro},
+                {"steps", steps}, {"warmup", warmup}, {"tokens_s", tokens / (ms / 1e3)}, {"ms_step", ms},
+                {"memory_gib", mem}, {"last_loss", loss}});
   }
   return 0;
 }
