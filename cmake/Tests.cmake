@@ -32,6 +32,9 @@ find_program(FP4_SYSTEM_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
 # The layers: no folder of src/ includes one above it (scripts/check_layers.py, docs/ARCHITECTURE.md).
 add_test(NAME check_layers COMMAND ${FP4_SYSTEM_PYTHON} ${CMAKE_SOURCE_DIR}/scripts/check_layers.py --quiet)
 set_tests_properties(check_layers PROPERTIES LABELS cpu TIMEOUT 60)
+# docs/benchmarks/latest.json's merge script (scripts/bench_to_json.py) and the committed file's fields.
+add_test(NAME bench_to_json COMMAND ${FP4_SYSTEM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/scripts/bench_to_json_test.py)
+set_tests_properties(bench_to_json PROPERTIES LABELS cpu TIMEOUT 60)
 file(GLOB refs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/reference/check_*.py)
 foreach(ref ${refs})
   get_filename_component(n ${ref} NAME_WE)

@@ -32,21 +32,26 @@ phase_torchbench() {
   local tag
   tag=$(echo "${TORCH_BENCH_ARGS:-}" | grep -oE -- "--compile-mode [a-z,-]+" | awk '{print "-" $2}' | tr ',' '_')
   timeout ${TORCH_BENCH_TIMEOUT:-330} python3 bench/torch_train_bench.py --build-dir $B ${TORCH_BENCH_ARGS:-} \
-    >"$out/torch_train_bench$tag.log" 2>&1
+    --json "$out/torch_train_bench$tag.jsonl" >"$out/torch_train_bench$tag.log" 2>&1
   note "torch_train_bench$tag rc=$?"
+  merge_bench_json "$out/torch_train_bench$tag.jsonl"
   tail -8 "$out/torch_train_bench$tag.log"
 }
 phase_recipebench() {
   for cfg in ${RB_CONFIGS:-olmo2-70m olmo2-370m}; do
     timeout 150 $B/train_bench --config $cfg --steps 20 --warmup 3 --recipes bf16,nvidia-nvfp4,tetrajet-v2-base \
-      >>"$out/train_bench.log" 2>&1
+      --json "$out/recipebench-$cfg.jsonl" >>"$out/train_bench.log" 2>&1
+    merge_bench_json "$out/recipebench-$cfg.jsonl"
   done
   note "train_bench done"
   grep "^train_bench:" "$out/train_bench.log"
 }
 phase_trainbench() {  # train_bench with $TB_ARGS (e.g. "--config olmo2-70m --recipes tetrajet-v2-base,tetrajet-v2-qadamw")
-  timeout ${TB_TIMEOUT:-150} $B/train_bench ${TB_ARGS:---config olmo2-70m --steps 20 --warmup 3} >>"$out/train_bench_extra.log" 2>&1
+  local n=$(ls "$out"/trainbench-*.jsonl 2>/dev/null | wc -l)
+  timeout ${TB_TIMEOUT:-150} $B/train_bench ${TB_ARGS:---config olmo2-70m --steps 20 --warmup 3} \
+    --json "$out/trainbench-$n.jsonl" >>"$out/train_bench_extra.log" 2>&1
   note "train_bench ${TB_ARGS:-} rc=$?"
+  merge_bench_json "$out/trainbench-$n.jsonl"
   grep "^train_bench:" "$out/train_bench_extra.log" | tail -4
 }
 phase_normbench() {
@@ -64,8 +69,9 @@ phase_qbench() {
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv -lms 100 \
     -f "$out/qbench-clocks.csv" >/dev/null 2>&1 &
   local smi=$!
-  timeout 200 $B/quantize_bench ${QBENCH_ARGS:-} >"$out/quantize_bench.log" 2>&1
+  timeout 200 $B/quantize_bench ${QBENCH_ARGS:-} --json "$out/quantize_bench.jsonl" >"$out/quantize_bench.log" 2>&1
   note "quantize_bench rc=$?"
+  merge_bench_json "$out/quantize_bench.jsonl"
   kill -INT $smi 2>/dev/null  # SIGINT: nvidia-smi flushes its file and stops
   wait $smi 2>/dev/null
   note "SM clock during quantize_bench (MHz): $(awk -F', ' 'NR > 1 && $2 + 0 > 0 {n++; s += $2; if ($2 + 0 > mx) mx = $2 + 0; if (mn == 0 || $2 + 0 < mn) mn = $2 + 0} END {if (n) printf "mean %.0f, min %d, max %d over %d samples", s / n, mn, mx, n}' "$out/qbench-clocks.csv")"

@@ -25,6 +25,15 @@ configure_and_build() {  # configure_and_build TARGET...
   note "build rc=$rc in $((SECONDS - t0))s"
   return $rc
 }
+# merge_bench_json RUN.jsonl: the run's figures into docs/benchmarks/latest.json of this tree (ratios against
+# the run's own baselines, scripts/bench_to_json.py), and a copy of the result into $out. The tree copied to
+# the GPU machine has no git: FP4_COMMIT names the commit that was built (the caller sets it).
+merge_bench_json() {
+  [ -s "$1" ] || { note "bench_to_json: $1 is empty, latest.json not updated"; return 0; }
+  python3 scripts/bench_to_json.py --commit "${FP4_COMMIT:-unknown}" --machine "one NVIDIA H200 (nvidia-h200)" "$1" &&
+    cp docs/benchmarks/latest.json "$out/latest.json"
+  note "bench_to_json $(basename "$1") rc=$?"
+}
 ncu_bin() { command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1; }
 train_recipe() {  # train_recipe CONFIG RUN_DIR RECIPE STEPS EXTRA_SETS...
   local config=$1 dir=$2 recipe=$3 steps=$4
