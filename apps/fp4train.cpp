@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 #include "dist/launcher.h"
@@ -248,19 +249,29 @@ void add_fit_ns(CLI::App& app, FitNsArgs& a) {
 }
 
 void fit_ns_command(const FitNsArgs& a) {
-  std::printf("| shape | precision | start (a, b, c) | start error | fitted (a, b, c) | fitted error | evals |\n"
-              "|---|---|---|---|---|---|---|\n");
+  std::printf("| shape | coefficients (a, b, c) | clipping | fit objective | e_q per step | e_q (end) | FP32 polar "
+              "error |\n|---|---|---|---|---|---|---|\n");
   for (const auto& s : a.shapes) {
     const auto [rows, cols] = parse_shape(s, "--shape");
     fp4::NsFitSettings fs;
     fs.max_evals = a.evals;
     const fp4::NsCoefficients start = a.fp32 ? fp4::kMuonNsCoefficients : fp4::kQRootNsCoefficients;
     const fp4::NsFitResult r = fp4::fit_ns_coefficients(rows, cols, a.samples, a.seed, !a.fp32, fs);
-    std::printf("| %lld x %lld | %s | (%.4f, %.4f, %.4f) | %.4f | (%.4f, %.4f, %.4f) | %.4f | %d |\n",
-                static_cast<long long>(rows), static_cast<long long>(cols), a.fp32 ? "fp32" : "nvfp4", start.a,
-                start.b, start.c, r.start_error, r.coef.a, r.coef.b, r.coef.c, r.error, r.evals);
+    // Measured on fresh normal samples (seed + 1), not the fitting ones; RTN operands.
+    for (const auto& [name, coef, obj] : {std::tuple{"default", start, r.start_error},
+                                          std::tuple{"fitted", r.coef, r.error}})
+      for (double q : {1.0, 0.99}) {
+        const fp4::NsStepErrors e = fp4::ns_step_errors(rows, cols, coef, fs.steps, q, "normal", a.samples,
+                                                        a.seed + 1);
+        std::string steps;
+        for (double v : e.e_q) steps += (steps.empty() ? "" : ", ") + std::to_string(v).substr(0, 6);
+        std::printf("| %lld x %lld | %s (%.4f, %.4f, %.4f) | %s | %.4f | %s | %.4f | %.4f |\n",
+                    static_cast<long long>(rows), static_cast<long long>(cols), name, coef.a, coef.b, coef.c,
+                    q < 1 ? "p99" : "none", obj, steps.c_str(), e.e_q.back(), e.fp32_polar_error);
+      }
   }
-  std::fprintf(stderr, "error: mean ||NS(X) - polar(X)||_F / ||polar(X)||_F over %d normal samples per shape\n",
+  std::fprintf(stderr, "fit objective: mean %s over %d normal fitting samples; e_q and polar error on %d fresh "
+               "samples (seed + 1)\n", a.fp32 ? "FP32 polar error" : "e_q (NVFP4 RTN vs FP32)", a.samples,
                a.samples);
 }
 

@@ -248,6 +248,10 @@ std::vector<double> gaussian_singular_values(int64_t rows, int64_t cols, uint64_
 NsFitResult fit_ns_coefficients(int64_t rows, int64_t cols, int samples, uint64_t seed, bool quantized,
                                 const NsFitSettings& settings) {
   FP4_CHECK(settings.max_evals >= 4, "fit_ns_coefficients: max_evals must be >= 4, got ", settings.max_evals);
+  FP4_CHECK(rows > 0 && cols > 0 && samples > 0, "fit_ns_coefficients: need a positive shape and samples, got [",
+            rows, " x ", cols, "] x ", samples);
+  FP4_CHECK(settings.steps >= 1 && settings.steps <= 16, "fit_ns_coefficients: steps must be in [1, 16], got ",
+            settings.steps);
   const NsSampleSet set = make_ns_samples(rows, cols, samples, seed);
   NsOptions opt;
   opt.steps = settings.steps;
@@ -256,11 +260,40 @@ NsFitResult fit_ns_coefficients(int64_t rows, int64_t cols, int samples, uint64_
   opt.sr = RngStream{seed, 1u << 20};
   using Point = std::array<double, 3>;
   int evals = 0;
+  // Quantized (Q-Root, RECIPES.md 8.3 corrected): minimize e_q = ||NS_fp4(X) - NS_fp32(X)||_F / ||NS_fp32(X)||_F
+  // (mean over the samples, same coefficients in both maps, RTN operands unless settings say SR, whose
+  // stream is fixed by `seed` so the objective is deterministic). Constraint by rejection: a point whose
+  // FP32 polar error exceeds the start point's scores +inf, so the FP32 map stays as orthogonalizing.
+  NsOptions fp32 = opt;
+  fp32.precision = NsPrecision::kFp32;
+  std::vector<std::vector<float>> ref(set.inputs.size());
+  double polar_limit = std::numeric_limits<double>::infinity();
   auto objective = [&](const Point& p) {
     ++evals;
     opt.coef = NsCoefficients{static_cast<float>(p[0]), static_cast<float>(p[1]), static_cast<float>(p[2])};
-    const double e = ns_polar_error(set, opt);
-    return std::isfinite(e) ? e : std::numeric_limits<double>::max();
+    if (!quantized) {
+      const double e = ns_polar_error(set, opt);
+      return std::isfinite(e) ? e : std::numeric_limits<double>::max();
+    }
+    fp32.coef = opt.coef;
+    double polar = 0.0, eq = 0.0;
+    for (size_t i = 0; i < set.inputs.size(); ++i) {
+      ref[i] = newton_schulz(set.inputs[i], rows, cols, fp32);
+      polar += rel_error(ref[i], set.polars[i]);
+      const std::vector<float> q = newton_schulz(set.inputs[i], rows, cols, opt);
+      double num = 0.0, den = 0.0;
+      for (size_t j = 0; j < q.size(); ++j) {
+        const double d = static_cast<double>(q[j]) - ref[i][j];
+        num += d * d;
+        den += static_cast<double>(ref[i][j]) * ref[i][j];
+      }
+      eq += std::sqrt(num / den);
+    }
+    polar /= static_cast<double>(set.inputs.size());
+    eq /= static_cast<double>(set.inputs.size());
+    if (!std::isfinite(polar_limit)) polar_limit = polar;  // the first call is the start point
+    if (!std::isfinite(eq) || !(polar <= polar_limit)) return std::numeric_limits<double>::max();
+    return eq;
   };
   // Nelder-Mead (reflection 1, expansion 2, contraction 1/2, shrink 1/2).
   const NsCoefficients s0 = settings.start.value_or(quantized ? kQRootNsCoefficients : kMuonNsCoefficients);

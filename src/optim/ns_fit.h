@@ -57,13 +57,15 @@ struct NsFitSettings {
 
 struct NsFitResult {
   NsCoefficients coef;
-  double start_error = 0;  // mean NS error of the start point on the fitting samples
-  double error = 0;        // mean NS error of coef on the fitting samples
+  // quantized: mean e_q (NVFP4 vs FP32 NS, same coefficients); FP32: mean polar error. Never above start.
+  double start_error = 0;  // of the start point on the fitting samples
+  double error = 0;        // of coef on the fitting samples
   int evals = 0;
 };
 
-// Fits (a, b, c) for rows x cols by Nelder-Mead from the start point, minimizing the mean NS error over
-// `samples` normal matrices drawn with `seed`; `quantized` runs NS with NVFP4 operands (Q-Root).
+// Fits (a, b, c) for rows x cols by Nelder-Mead from the start point over `samples` normal matrices drawn
+// with `seed`. quantized (Q-Root): minimizes e_q subject to the FP32 polar error being no worse than the
+// start's (rejection); otherwise minimizes the FP32 polar error.
 NsFitResult fit_ns_coefficients(int64_t rows, int64_t cols, int samples, uint64_t seed, bool quantized,
                                 const NsFitSettings& settings = {});
 
