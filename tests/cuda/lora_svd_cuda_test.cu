@@ -347,18 +347,6 @@ TEST(DeviceAdamWReset, ZeroesTheMomentsOfTheRangesOnly) {
   }
 }
 
-// Next-token targets of one random batch, which the tiny model memorizes in a few steps.
-Batch next_token_batch(const ModelConfig& cfg, int b, int t, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> tok(0, cfg.vocab_real - 1);
-  Batch batch{b, t, {}, {}};
-  for (int i = 0; i < b * t; ++i) batch.tokens.push_back(tok(rng));
-  for (int r = 0; r < b; ++r)
-    for (int i = 0; i < t; ++i)
-      batch.targets.push_back(i + 1 < t ? batch.tokens[static_cast<size_t>(r * t + i + 1)] : -1);
-  return batch;
-}
-
 std::vector<float> state_f32(const std::vector<StateTensor>& state, const std::string& name) {
   for (const StateTensor& t : state)
     if (t.name == name) {
@@ -418,7 +406,7 @@ TEST_P(LoraSvdCudaEngine, TinyModelTrainsThroughRealignmentsAndItsStateMovesToTh
   for (const auto& p : gpu->parameters()) has_factors = has_factors || p.name == lora_l1_name(w);
   EXPECT_TRUE(has_factors);
 
-  const std::vector<Batch> mb = {next_token_batch(cfg, 4, 64, seed)};  // 256 rows: block128 operands
+  const std::vector<Batch> mb = {testing::next_token_batch(cfg, 4, 64, seed)};  // 256 rows: block128 operands
   StepHyper hyper;
   hyper.lr = 3e-3f;
   const double cpu_first = cpu->train_step(mb, hyper).loss;

@@ -86,6 +86,18 @@ inline Batch random_batch(std::mt19937& rng, const ModelConfig& cfg, int b, int 
   return batch;
 }
 
+// Next-token targets of one random batch, which a small model memorizes in a few steps.
+inline Batch next_token_batch(const ModelConfig& cfg, int b, int t, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, cfg.vocab_real - 1);
+  Batch batch{b, t, {}, {}};
+  for (int i = 0; i < b * t; ++i) batch.tokens.push_back(tok(rng));
+  for (int r = 0; r < b; ++r)
+    for (int i = 0; i < t; ++i)
+      batch.targets.push_back(i + 1 < t ? batch.tokens[static_cast<size_t>(r * t + i + 1)] : -1);
+  return batch;
+}
+
 // A device optimizer's engine state `saved` (written by `gpu`) loads into the CPU engine, which saves the
 // same bytes, then into `back` (a fresh CUDA engine of the same seed), which saves them again and takes the
 // same next step on `batch` as `gpu`. The optimizer runs on one process: data parallelism is refused

@@ -22,19 +22,6 @@ namespace {
 
 constexpr int kSteps = 50;
 
-// Next-token targets of one random batch, which the tiny model memorizes within the 50 steps.
-Batch memorizable_batch(const ModelConfig& cfg, uint32_t seed) {
-  constexpr int b = 4, t = 64;  // 256 rows: block128 operands are whole blocks
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> tok(0, cfg.vocab_real - 1);
-  Batch batch{b, t, {}, {}};
-  for (int i = 0; i < b * t; ++i) batch.tokens.push_back(tok(rng));
-  for (int r = 0; r < b; ++r)
-    for (int i = 0; i < t; ++i)
-      batch.targets.push_back(i + 1 < t ? batch.tokens[static_cast<size_t>(r * t + i + 1)] : -1);
-  return batch;
-}
-
 // The preset with its modules scheduled inside kSteps: OutControl calibrates over steps 5..9 and freezes,
 // OsciReset's windows of 10 steps open from 65% of the run every 10 steps, LoRA-SVD realigns every 20.
 Recipe preset_within_the_test(const std::string& name) {
@@ -58,7 +45,7 @@ TEST_P(CudaPresetEngine, TrainsFiftyStepsAndItsStateMovesToTheCpuAndBack) {
   ctx.total_steps = kSteps;
   auto gpu = make_cuda_engine(cfg, recipe, seed);
   gpu->set_step_context(ctx);
-  const Batch batch = memorizable_batch(cfg, seed);
+  const Batch batch = testing::next_token_batch(cfg, 4, 64, seed);  // 256 rows: block128 operands are whole blocks
   StepHyper h;
   h.lr = 3e-3f;
   std::vector<double> losses;

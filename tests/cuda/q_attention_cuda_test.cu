@@ -327,18 +327,6 @@ TEST(QAttnCuda, ShapeErrorsAreNamed) {
       std::string::npos);
 }
 
-// Next-token targets of one random batch, which a small model memorizes in a few steps.
-Batch next_token_batch(const ModelConfig& cfg, int b, int t, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> tok(0, cfg.vocab_real - 1);
-  Batch batch{b, t, {}, {}};
-  for (int i = 0; i < b * t; ++i) batch.tokens.push_back(tok(rng));
-  for (int r = 0; r < b; ++r)
-    for (int i = 0; i < t; ++i)
-      batch.targets.push_back(i + 1 < t ? batch.tokens[static_cast<size_t>(r * t + i + 1)] : -1);
-  return batch;
-}
-
 // The CUDA engine trains with attention.q_attn on: the loss falls, the first step's loss equals the CPU
 // engine's (same weights, same Q-Attn) within the engines' usual bound, and the switch changes the attention
 // without changing the model.
@@ -356,7 +344,7 @@ TEST(QAttnCudaEngine, ModelsTrainWithQAttnAndStartAtTheCpuLoss) {
     auto gpu = make_cuda_engine(cfg, recipe, seed);
     auto cpu = make_cpu_engine(cfg, recipe, seed);
     auto plain = make_cuda_engine(cfg, load_recipe(base), seed);
-    const std::vector<Batch> mb = {next_token_batch(cfg, b, t, seed)};
+    const std::vector<Batch> mb = {testing::next_token_batch(cfg, b, t, seed)};
     StepHyper hyper;
     hyper.lr = 3e-3f;
     const double cpu_first = cpu->train_step(mb, hyper).loss;
