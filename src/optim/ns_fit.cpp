@@ -115,12 +115,14 @@ int64_t count_below(const std::vector<double>& diag, const std::vector<double>& 
   return count;
 }
 
-double rel_error(const std::vector<float>& x, const std::vector<double>& p) {
+// ||x - p||_F / ||p||_F in double; p is the exact polar factor (double) or the FP32 iteration (float).
+template <typename Ref>
+double rel_error(const std::vector<float>& x, const std::vector<Ref>& p) {
   double num = 0.0, den = 0.0;
   for (size_t i = 0; i < p.size(); ++i) {
-    const double d = x[i] - p[i];
+    const double d = static_cast<double>(x[i]) - static_cast<double>(p[i]);
     num += d * d;
-    den += p[i] * p[i];
+    den += static_cast<double>(p[i]) * static_cast<double>(p[i]);
   }
   return std::sqrt(num / den);
 }
@@ -280,14 +282,7 @@ NsFitResult fit_ns_coefficients(int64_t rows, int64_t cols, int samples, uint64_
     for (size_t i = 0; i < set.inputs.size(); ++i) {
       ref[i] = newton_schulz(set.inputs[i], rows, cols, fp32);
       polar += rel_error(ref[i], set.polars[i]);
-      const std::vector<float> q = newton_schulz(set.inputs[i], rows, cols, opt);
-      double num = 0.0, den = 0.0;
-      for (size_t j = 0; j < q.size(); ++j) {
-        const double d = static_cast<double>(q[j]) - ref[i][j];
-        num += d * d;
-        den += static_cast<double>(ref[i][j]) * ref[i][j];
-      }
-      eq += std::sqrt(num / den);
+      eq += rel_error(newton_schulz(set.inputs[i], rows, cols, opt), ref[i]);
     }
     polar /= static_cast<double>(set.inputs.size());
     eq /= static_cast<double>(set.inputs.size());
