@@ -81,6 +81,27 @@ __global__ void poly_kernel(const float* __restrict__ a, const float* __restrict
     poly[i] = __fadd_rn(__fmul_rn(cb, a[i]), __fmul_rn(cc, a2[i]));
 }
 
+// y *= sa * sb: the tensor scales of an NVFP4 product's two operands, applied to its FP32 result.
+__global__ void scale_kernel(float* __restrict__ y, int64_t n, const float* __restrict__ sa,
+                             const float* __restrict__ sb) {
+  const float s = __fmul_rn(*sa, *sb);
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{kThreads} * gridDim.x)
+    y[i] = __fmul_rn(y[i], s);
+}
+
+// next = a x + (sa sb) acc: the iteration's last product, its tensor scales and the a X term.
+__global__ void axpby_kernel(const float* __restrict__ x, const float* __restrict__ acc, float a, int64_t n,
+                             const float* __restrict__ sa, const float* __restrict__ sb, float* __restrict__ next) {
+  const float s = __fmul_rn(*sa, *sb);
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{kThreads} * gridDim.x)
+    next[i] = __fadd_rn(__fmul_rn(a, x[i]), __fmul_rn(s, acc[i]));
+}
+
+void scale_by(float* y, int64_t n, const float* sa, const float* sb, cudaStream_t stream) {
+  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, n, sa, sb);
+  FP4_CUDA_CHECK_LAUNCH("scale_kernel");
+}
+
 // xt [c x r] = x [r x c]^T.
 __global__ void transpose_kernel(const float* __restrict__ x, int64_t r, int64_t c, float* __restrict__ xt) {
   for (int64_t idx = blockIdx.x * int64_t{kThreads} + threadIdx.x; idx < r * c; idx += int64_t{kThreads} * gridDim.x) {
@@ -101,7 +122,7 @@ void sum_squares(const float* x, int64_t n, double* partials, double* dst, float
 
 NewtonSchulzCuda::NewtonSchulzCuda(NsPrecision precision)
     : precision_(precision), amax_(1), inv_(1), partials_(kSumBlocks) {
-  if (precision_ == NsPrecision::kNvfp4) outer_ = DeviceBuffer<float>(1);
+  if (precision_ == NsPrecision::kNvfp4) outer_ = DeviceBuffer<float>(4);  // one per operand slot
 }
 
 void NewtonSchulzCuda::reserve(int64_t wide, int64_t gram) {
@@ -112,8 +133,8 @@ void NewtonSchulzCuda::reserve(int64_t wide, int64_t gram) {
     next_ = DeviceBuffer<float>(static_cast<size_t>(wide));
     if (q) {
       xt_ = DeviceBuffer<float>(static_cast<size_t>(wide));
-      xq_ = DeviceBuffer<float>(static_cast<size_t>(wide));
-      xtq_ = DeviceBuffer<float>(static_cast<size_t>(wide));
+      xq_ = DeviceBuffer<bf16>(static_cast<size_t>(wide));
+      xtq_ = DeviceBuffer<bf16>(static_cast<size_t>(wide));
       codes_ = DeviceBuffer<uint8_t>(static_cast<size_t>(wide / 2));  // the largest operand is [rp x cp]
       scales_ = DeviceBuffer<uint8_t>(static_cast<size_t>(wide / 16));
     }
@@ -124,14 +145,14 @@ void NewtonSchulzCuda::reserve(int64_t wide, int64_t gram) {
     a2_ = DeviceBuffer<float>(static_cast<size_t>(gram));
     poly_ = DeviceBuffer<float>(static_cast<size_t>(gram));
     if (q) {
-      aq_ = DeviceBuffer<float>(static_cast<size_t>(gram));
-      pq_ = DeviceBuffer<float>(static_cast<size_t>(gram));
+      aq_ = DeviceBuffer<bf16>(static_cast<size_t>(gram));
+      pq_ = DeviceBuffer<bf16>(static_cast<size_t>(gram));
     }
   }
 }
 
 void NewtonSchulzCuda::quantize(const float* x, int64_t rows, int64_t cols, BlockShape block, const NsOptions& opt,
-                                int step, int slot, float* deq, cudaStream_t stream, NsTrace* trace) {
+                                int step, int slot, bf16* bar, cudaStream_t stream, NsTrace* trace) {
   const uint64_t operand = static_cast<uint64_t>(step) * 4 + static_cast<uint64_t>(slot);
   const QuantSpec spec = ns_operand_spec(block, opt);
   const QuantRandomness rnd = ns_operand_randomness(opt, operand);
@@ -139,13 +160,14 @@ void NewtonSchulzCuda::quantize(const float* x, int64_t rows, int64_t cols, Bloc
   Nvfp4DeviceView view;
   view.codes = codes_.data();
   view.scales = scales_.data();
-  view.outer = outer_.data();
+  view.outer = outer_.data() + slot;
   view.rows = rows;
   view.cols = cols;
   view.block = block;
   view.outer_mode = OuterScale::kTensor;
   amax_nvfp4_cuda(in, spec, rnd, amax_.data(), stream);
-  quantize_nvfp4_cuda(in, spec, rnd, view, amax_.data(), nullptr, DequantOutput{deq, QuantIoType::kF32, true}, stream);
+  quantize_nvfp4_cuda(in, spec, rnd, view, amax_.data(), nullptr, DequantOutput{bar, QuantIoType::kBF16, false},
+                      stream);
   if (trace == nullptr) return;
   // Tests only: the operand as the host sees it.
   FP4_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -165,7 +187,7 @@ void NewtonSchulzCuda::quantize(const float* x, int64_t rows, int64_t cols, Bloc
   t.outer_scales.resize(1);
   FP4_CUDA_CHECK(cudaMemcpy(t.codes.data(), codes_.data(), n / 2, cudaMemcpyDeviceToHost));
   FP4_CUDA_CHECK(cudaMemcpy(t.scales.data(), scales_.data(), n / 16, cudaMemcpyDeviceToHost));
-  FP4_CUDA_CHECK(cudaMemcpy(t.outer_scales.data(), outer_.data(), sizeof(float), cudaMemcpyDeviceToHost));
+  FP4_CUDA_CHECK(cudaMemcpy(t.outer_scales.data(), outer_.data() + slot, sizeof(float), cudaMemcpyDeviceToHost));
   FP4_CUDA_CHECK(cudaMemcpy(&t.amax, amax_.data(), sizeof(float), cudaMemcpyDeviceToHost));
 }
 
@@ -198,21 +220,23 @@ void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsO
   }
   for (int s = 0; s < opt.steps; ++s) {
     // A = X X^T (one quantized X along c serves both operands).
-    const float* xa = x_.data();
     if (q) {
       quantize(x_.data(), r, c, BlockShape::k1x16, opt, s, 0, xq_.data(), stream, trace);
-      xa = xq_.data();
+      bf16_gemm_.gemm(false, true, ri, ri, ci, 1.0f, xq_.data(), ci, xq_.data(), ci, 0.0f, a_.data(), ri, stream);
+      scale_by(a_.data(), r * r, outer_.data(), outer_.data(), stream);
+    } else {
+      gemm_.gemm(false, true, ri, ri, ci, 1.0f, x_.data(), ci, x_.data(), ci, 0.0f, a_.data(), ri, stream);
     }
-    gemm_.gemm(false, true, ri, ri, ci, 1.0f, xa, ci, xa, ci, 0.0f, a_.data(), ri, stream);
     symmetrize_kernel<<<grid_for(r * r), kThreads, 0, stream>>>(a_.data(), r);
     FP4_CUDA_CHECK_LAUNCH("symmetrize_kernel");
     // A^2 = A A (A in 16x16 tiles: A^ and A^^T are the same values).
-    const float* aa = a_.data();
     if (q) {
       quantize(a_.data(), r, r, BlockShape::k16x16, opt, s, 1, aq_.data(), stream, trace);
-      aa = aq_.data();
+      bf16_gemm_.gemm(false, false, ri, ri, ri, 1.0f, aq_.data(), ri, aq_.data(), ri, 0.0f, a2_.data(), ri, stream);
+      scale_by(a2_.data(), r * r, outer_.data() + 1, outer_.data() + 1, stream);
+    } else {
+      gemm_.gemm(false, false, ri, ri, ri, 1.0f, a_.data(), ri, a_.data(), ri, 0.0f, a2_.data(), ri, stream);
     }
-    gemm_.gemm(false, false, ri, ri, ri, 1.0f, aa, ri, aa, ri, 0.0f, a2_.data(), ri, stream);
     poly_kernel<<<grid_for(r * r), kThreads, 0, stream>>>(a_.data(), a2_.data(), k.b, k.c, r * r, poly_.data());
     FP4_CUDA_CHECK_LAUNCH("poly_kernel");
     // next = a X + P X.
@@ -221,8 +245,11 @@ void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsO
       transpose_kernel<<<grid_for(r * c), kThreads, 0, stream>>>(x_.data(), r, c, xt_.data());
       FP4_CUDA_CHECK_LAUNCH("transpose_kernel");
       quantize(xt_.data(), c, r, BlockShape::k1x16, opt, s, 3, xtq_.data(), stream, trace);
-      gemm_.gemm(false, true, ri, ci, ri, 1.0f, pq_.data(), ri, xtq_.data(), ri, k.a, next_.data(), ci, stream,
-                 x_.data());
+      // P^ X^ into next_, then next_ = a X + (tensor scales) next_ (xt_ is free again: it holds the product).
+      bf16_gemm_.gemm(false, true, ri, ci, ri, 1.0f, pq_.data(), ri, xtq_.data(), ri, 0.0f, xt_.data(), ci, stream);
+      axpby_kernel<<<grid_for(r * c), kThreads, 0, stream>>>(x_.data(), xt_.data(), k.a, r * c, outer_.data() + 2,
+                                                             outer_.data() + 3, next_.data());
+      FP4_CUDA_CHECK_LAUNCH("axpby_kernel");
     } else {
       gemm_.gemm(false, false, ri, ci, ri, 1.0f, poly_.data(), ri, x_.data(), ci, k.a, next_.data(), ci, stream,
                  x_.data());

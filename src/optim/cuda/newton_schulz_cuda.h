@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "numerics/quantize.h"
+#include "ops/cuda/gemm_cublaslt.h"
 #include "ops/cuda/gemm_f32_cublaslt.h"
 #include "ops/cuda/quantize_cuda.h"
 #include "optim/newton_schulz.h"
@@ -52,17 +53,21 @@ class NewtonSchulzCuda {
 
  private:
   // Quantizes operand `slot` of NS step `step`: x [rows x cols] along cols (Philox sub-stream
-  // 4 step + slot), its dequantized FP32 values into deq; with a trace, also copies x and the operand.
+  // 4 step + slot), its values without the tensor scale (E2M1 code x E4M3 block scale, exact in BF16) into
+  // bar and its tensor scale into outer_[slot]; with a trace, also copies x and the operand.
   void quantize(const float* x, int64_t rows, int64_t cols, BlockShape block, const NsOptions& opt, int step,
-                int slot, float* deq, cudaStream_t stream, NsTrace* trace);
+                int slot, bf16* bar, cudaStream_t stream, NsTrace* trace);
 
   void reserve(int64_t wide, int64_t gram);  // element capacities of the [rp x cp] and [rp x rp] buffers
 
   NsPrecision precision_;
-  GemmF32Runner gemm_;
+  GemmF32Runner gemm_;       // kFp32: FP32 operands
+  GemmRunner bf16_gemm_;     // kNvfp4: the operands' exact BF16 values, FP32 accumulation and output
   int64_t wide_cap_ = 0, gram_cap_ = 0;
   DeviceBuffer<float> x_, next_, a_, a2_, poly_, xt_;  // wide iterate, its successor, Gram, A^2, P, X^T
-  DeviceBuffer<float> xq_, aq_, pq_, xtq_;             // dequantized NVFP4 operands (kNvfp4)
+  // kNvfp4: the operands' values without their tensor scales (outer_[slot] holds those): the products run
+  // on BF16 tensor cores and the two tensor scales multiply the FP32 result.
+  DeviceBuffer<bf16> xq_, aq_, pq_, xtq_;
   DeviceBuffer<uint8_t> codes_, scales_;               // one NVFP4 operand at a time (kNvfp4)
   DeviceBuffer<float> outer_, amax_, inv_;
   DeviceBuffer<double> partials_;
