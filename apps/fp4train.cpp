@@ -1,9 +1,9 @@
 // fp4train: the command-line program. Argument parsing only; the work is in src/train/commands.h.
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
-#include <cstdio>
+#include <CLI/CLI.hpp>
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -13,15 +13,15 @@
 #include "core/error.h"
 #include "dist/launcher.h"
 #include "ops/ops.h"
-#include "report/eval_table.h"
 #include "optim/ns_fit.h"
 #include "optim/q_adamw_error.h"
 #include "optim/q_root_error.h"
+#include "report/eval_table.h"
 #include "report/report.h"
 #include "report/seeds.h"
+#include "train/checkpoint.h"
 #include "train/commands.h"
 #include "train/engine_factory.h"
-#include "train/checkpoint.h"
 #include "train/export_hf.h"
 #ifdef FP4_HAVE_CUDA
 #include "model/cuda/cuda_engine.h"
@@ -38,23 +38,24 @@ const CLI::Validator kUnsignedInteger(
       return std::string();
     },
     "UINT64");
-const CLI::Validator kNonEmpty([](std::string& s) { return s.empty() ? std::string("must not be empty") : std::string(); },
-                               "TEXT");
-
+const CLI::Validator kNonEmpty(
+    [](std::string& s) { return s.empty() ? std::string("must not be empty") : std::string(); }, "TEXT");
 
 void add_train(CLI::App& app, fp4::TrainArgs& a) {
   auto* cmd =
       app.add_subcommand("train", "train a model (no options: the tiny model on the CPU, default corpus)");
   cmd->add_option("--config", a.configs, "run config TOML file; repeat to layer files (later ones win)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--recipe", a.recipe, "recipe preset name or recipe TOML file (sets recipe.name)")->check(kNonEmpty);
+  cmd->add_option("--recipe", a.recipe, "recipe preset name or recipe TOML file (sets recipe.name)")
+      ->check(kNonEmpty);
   cmd->add_option("--set", a.sets, "override one config key: section.key=value (repeatable)");
   cmd->add_flag("--resume", a.resume,
                 "resume from the run directory's latest checkpoint (an error if it has none)");
   cmd->add_option("--out", a.out, "run directory (sets train.out_dir)")->check(kNonEmpty);
-  cmd->add_option("--init-from", a.init_from,
-                  "branch from this checkpoint (or run directory's latest): its weights, optimizer state, data "
-                  "position and step; the LR schedule's length/decay and the recipe may differ")
+  cmd->add_option(
+         "--init-from", a.init_from,
+         "branch from this checkpoint (or run directory's latest): its weights, optimizer state, data "
+         "position and step; the LR schedule's length/decay and the recipe may differ")
       ->check(CLI::ExistingDirectory);
 }
 
@@ -121,13 +122,15 @@ void add_sample(CLI::App& app, fp4::SampleArgs& a) {
 }
 
 void add_export(CLI::App& app, fp4::ExportArgs& a) {
-  auto* cmd = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory (docs/EXPORT.md)");
+  auto* cmd =
+      app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory (docs/EXPORT.md)");
   cmd->option_defaults()->always_capture_default();  // show defaults in --help
   cmd->add_option("--checkpoint", a.checkpoint, "checkpoint directory, or a run directory (its latest)")
       ->required();
   cmd->add_option("--out", a.out, "output directory (must be empty or absent unless --force)")->required();
   cmd->add_option("--format", a.format, "output format (hf: transformers' Olmo2ForCausalLM)");
-  cmd->add_option("--dtype", a.dtype, "weight dtype in model.safetensors: f32 or bf16 (round to nearest even)");
+  cmd->add_option("--dtype", a.dtype,
+                  "weight dtype in model.safetensors: f32 or bf16 (round to nearest even)");
   cmd->add_option("--tokenizer", a.tokenizer, "tokenizer spec (default: the run's)");
   cmd->add_flag("--force", a.force, "replace a non-empty --out directory");
 }
@@ -137,7 +140,8 @@ void run_export(const fp4::ExportArgs& a) {
   for (const auto& note : r.notes) std::fprintf(stderr, "note: %s\n", note.c_str());
   std::string files;
   for (const auto& f : r.files) files += (files.empty() ? "" : ", ") + f;
-  std::printf("exported %s -> %s (%s)\n", r.checkpoint.string().c_str(), r.out.string().c_str(), files.c_str());
+  std::printf("exported %s -> %s (%s)\n", r.checkpoint.string().c_str(), r.out.string().c_str(),
+              files.c_str());
 }
 
 struct ReportArgs {
@@ -148,13 +152,16 @@ struct ReportArgs {
 
 void add_report(CLI::App& app, ReportArgs& a) {
   auto* cmd = app.add_subcommand(
-      "report", "compare runs: loss curves as an SVG picture and a Markdown table (seed by seed when several)");
-  cmd->add_option("runs", a.runs,
-                  "run directories (each with metrics.jsonl; recipe.toml names the recipe, config.json the seed)")
+      "report",
+      "compare runs: loss curves as an SVG picture and a Markdown table (seed by seed when several)");
+  cmd->add_option(
+         "runs", a.runs,
+         "run directories (each with metrics.jsonl; recipe.toml names the recipe, config.json the seed)")
       ->required()
       ->check(CLI::ExistingDirectory);
   cmd->add_option("--svg", a.svg, "where to write the picture")->capture_default_str();
-  cmd->add_option("--baseline", a.options.baseline, "recipe the gaps are measured against (the run of the same seed)")
+  cmd->add_option("--baseline", a.options.baseline,
+                  "recipe the gaps are measured against (the run of the same seed)")
       ->capture_default_str();
   cmd->add_option("--reference", a.options.reference, "recipe whose gap the others are compared with")
       ->capture_default_str();
@@ -170,8 +177,8 @@ void report_command(ReportArgs& a) {
   for (const auto& r : runs) labels.push_back(r.label);
   std::fputs(fp4::eval_suite_table(a.runs, labels).c_str(), stdout);  // runs with an eval.json
   for (const auto& note : fp4::seed_notes(runs)) std::fprintf(stderr, "note: %s\n", note.c_str());
-  std::fprintf(stderr, "loss curves written to %s (gaps to %s: %s)\n", a.svg.c_str(), a.options.baseline.c_str(),
-               fp4::gap_svg_path(a.svg).string().c_str());
+  std::fprintf(stderr, "loss curves written to %s (gaps to %s: %s)\n", a.svg.c_str(),
+               a.options.baseline.c_str(), fp4::gap_svg_path(a.svg).string().c_str());
 }
 
 void add_launch(CLI::App& app, fp4::LaunchOptions& a) {
@@ -239,18 +246,21 @@ struct FitNsArgs {
 
 void add_fit_ns(CLI::App& app, FitNsArgs& a) {
   auto* cmd = app.add_subcommand(
-      "fit-ns", "fit Newton-Schulz coefficients (a, b, c) per matrix shape on normal sample matrices (Q-Root)");
+      "fit-ns",
+      "fit Newton-Schulz coefficients (a, b, c) per matrix shape on normal sample matrices (Q-Root)");
   cmd->option_defaults()->always_capture_default();
   cmd->add_option("--shape", a.shapes, "ROWSxCOLS (repeatable)")->required();
   cmd->add_option("--samples", a.samples, "sample matrices per shape")->check(CLI::PositiveNumber);
-  cmd->add_option("--evals", a.evals, "objective evaluations of the Nelder-Mead search")->check(CLI::PositiveNumber);
+  cmd->add_option("--evals", a.evals, "objective evaluations of the Nelder-Mead search")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--seed", a.seed, "sample seed");
   cmd->add_flag("--fp32", a.fp32, "fit the FP32 iteration instead of NVFP4 operands");
 }
 
 void fit_ns_command(const FitNsArgs& a) {
-  std::printf("| shape | coefficients (a, b, c) | clipping | fit objective | e_q per step | e_q (end) | FP32 polar "
-              "error |\n|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| shape | coefficients (a, b, c) | clipping | fit objective | e_q per step | e_q (end) | FP32 polar "
+      "error |\n|---|---|---|---|---|---|---|\n");
   for (const auto& s : a.shapes) {
     const auto [rows, cols] = parse_shape(s, "--shape");
     fp4::NsFitSettings fs;
@@ -258,11 +268,11 @@ void fit_ns_command(const FitNsArgs& a) {
     const fp4::NsCoefficients start = a.fp32 ? fp4::kMuonNsCoefficients : fp4::kQRootNsCoefficients;
     const fp4::NsFitResult r = fp4::fit_ns_coefficients(rows, cols, a.samples, a.seed, !a.fp32, fs);
     // Measured on fresh normal samples (seed + 1), not the fitting ones; RTN operands.
-    for (const auto& [name, coef, obj] : {std::tuple{"default", start, r.start_error},
-                                          std::tuple{"fitted", r.coef, r.error}})
+    for (const auto& [name, coef, obj] :
+         {std::tuple{"default", start, r.start_error}, std::tuple{"fitted", r.coef, r.error}})
       for (double q : {1.0, 0.99}) {
-        const fp4::NsStepErrors e = fp4::ns_step_errors(rows, cols, coef, fs.steps, q, "normal", a.samples,
-                                                        a.seed + 1);
+        const fp4::NsStepErrors e =
+            fp4::ns_step_errors(rows, cols, coef, fs.steps, q, "normal", a.samples, a.seed + 1);
         std::string steps;
         for (double v : e.e_q) steps += (steps.empty() ? "" : ", ") + std::to_string(v).substr(0, 6);
         std::printf("| %lld x %lld | %s (%.4f, %.4f, %.4f) | %s | %.4f | %s | %.4f | %.4f |\n",
@@ -270,9 +280,10 @@ void fit_ns_command(const FitNsArgs& a) {
                     q < 1 ? "p99" : "none", obj, steps.c_str(), e.e_q.back(), e.fp32_polar_error);
       }
   }
-  std::fprintf(stderr, "fit objective: mean %s over %d normal fitting samples; e_q and polar error on %d fresh "
-               "samples (seed + 1)\n", a.fp32 ? "FP32 polar error" : "e_q (NVFP4 RTN vs FP32)", a.samples,
-               a.samples);
+  std::fprintf(stderr,
+               "fit objective: mean %s over %d normal fitting samples; e_q and polar error on %d fresh "
+               "samples (seed + 1)\n",
+               a.fp32 ? "FP32 polar error" : "e_q (NVFP4 RTN vs FP32)", a.samples, a.samples);
 }
 
 struct OptimClaimsArgs {
@@ -284,14 +295,16 @@ struct OptimClaimsArgs {
 };
 
 void add_optim_claims(CLI::App& app, OptimClaimsArgs& a) {
-  auto* cmd = app.add_subcommand(
-      "optim-claims", "Full-Stack FP4's optimizer claims on the CPU: Q-Root's e_q per NS step, Q-AdamW's "
-                      "second-moment error and optimizer-state memory (docs/RESULTS.md)");
+  auto* cmd =
+      app.add_subcommand("optim-claims",
+                         "Full-Stack FP4's optimizer claims on the CPU: Q-Root's e_q per NS step, Q-AdamW's "
+                         "second-moment error and optimizer-state memory (docs/RESULTS.md)");
   cmd->option_defaults()->always_capture_default();
   cmd->add_option("--part", a.part, "q-root, q-adamw, memory or all")
       ->check(CLI::IsMember({"q-root", "q-adamw", "memory", "all"}));
   cmd->add_option("--shape", a.shapes, "Q-Root matrix shapes ROWSxCOLS");
-  cmd->add_option("--samples", a.samples, "sample matrices per shape and input kind")->check(CLI::PositiveNumber);
+  cmd->add_option("--samples", a.samples, "sample matrices per shape and input kind")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--seed", a.seed, "sample seed");
   cmd->add_option("--checkpoint", a.checkpoint,
                   "Q-AdamW: also measure the second moments (adamw.v.*) of this AdamW checkpoint")
@@ -304,14 +317,16 @@ void optim_claims_command(const OptimClaimsArgs& a) {
     for (const auto& s : a.shapes) o.shapes.push_back(parse_shape(s, "--shape"));
     o.samples = a.samples;
     o.seed = a.seed;
-    std::printf("## Q-Root: e_q = ||NS_fp4(X) - NS_fp32(X)||_F / ||NS_fp32(X)||_F after each NS step (mean of %d "
-                "samples)\n\n%s\n",
-                a.samples, fp4::q_root_error_table(o).c_str());
+    std::printf(
+        "## Q-Root: e_q = ||NS_fp4(X) - NS_fp32(X)||_F / ||NS_fp32(X)||_F after each NS step (mean of %d "
+        "samples)\n\n%s\n",
+        a.samples, fp4::q_root_error_table(o).c_str());
   }
   if (a.part == "q-adamw" || a.part == "all") {
-    std::printf("## Q-AdamW: second-moment reconstruction, codec vs plain NVFP4 storage of v\n\n"
-                "| tensor | elements | rel. L2 error: codec | plain NVFP4 | codec vs plain | step-size error: codec "
-                "| plain | v > 0 flushed to 0: codec | plain |\n|---|---|---|---|---|---|---|---|---|\n");
+    std::printf(
+        "## Q-AdamW: second-moment reconstruction, codec vs plain NVFP4 storage of v\n\n"
+        "| tensor | elements | rel. L2 error: codec | plain NVFP4 | codec vs plain | step-size error: codec "
+        "| plain | v > 0 flushed to 0: codec | plain |\n|---|---|---|---|---|---|---|---|---|\n");
     auto row = [](const std::string& name, const std::vector<float>& v) {
       const fp4::SecondMomentErrors e = fp4::second_moment_errors(v, 1e-8f, 7);
       std::printf("| %s | %lld | %.4f | %.4f | %+.1f%% | %.4f | %.4f | %.2f%% | %.2f%% |\n", name.c_str(),
@@ -320,7 +335,8 @@ void optim_claims_command(const OptimClaimsArgs& a) {
                   100 * e.codec_flushed, 100 * e.plain_flushed);
     };
     for (auto [r, c] : {std::pair<int64_t, int64_t>{384, 128}, {1152, 384}})
-      row("synthetic " + std::to_string(r) + " x " + std::to_string(c) + " (seed " + std::to_string(a.seed) + ")",
+      row("synthetic " + std::to_string(r) + " x " + std::to_string(c) + " (seed " + std::to_string(a.seed) +
+              ")",
           fp4::synthetic_second_moment(r, c, a.seed));
     if (!a.checkpoint.empty()) {
       const fp4::Checkpoint ck = fp4::load_checkpoint(a.checkpoint);
@@ -336,12 +352,15 @@ void optim_claims_command(const OptimClaimsArgs& a) {
   if (a.part == "memory" || a.part == "all") {
     std::vector<fp4::ModelConfig> models;
     fp4::ModelConfig m1 = fp4::model_preset("tiny");
-    m1.name = "olmo2-1m-bytes", m1.n_layers = 4, m1.d_model = 128, m1.n_heads = 2, m1.d_ff = 384, m1.vocab_size = 384;
+    m1.name = "olmo2-1m-bytes", m1.n_layers = 4, m1.d_model = 128, m1.n_heads = 2, m1.d_ff = 384,
+    m1.vocab_size = 384;
     models.push_back(m1);
     for (const char* p : {"olmo2-30m", "olmo2-70m", "olmo2-150m", "olmo2-370m", "olmo2-1b"})
       models.push_back(fp4::model_preset(p));
-    std::printf("## Optimizer-state memory (bytes as allocated by the CPU codec; every parameter on the optimizer)\n\n%s",
-                fp4::optimizer_memory_table(models).c_str());
+    std::printf(
+        "## Optimizer-state memory (bytes as allocated by the CPU codec; every parameter on the "
+        "optimizer)\n\n%s",
+        fp4::optimizer_memory_table(models).c_str());
   }
 }
 

@@ -93,9 +93,11 @@ struct Timing {
 void report(const char* who, const Shape& s, const Timing& t) {
   const double fwd_flop = 2.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.D;
   const double bwd_flop = 2.5 * fwd_flop;
-  std::printf("%-36s B%-3d H%-3d T%-5d D%-4d fwd %7.3f ms %6.1f TF/s | bwd %7.3f ms %6.1f TF/s | total %7.3f ms %6.1f TF/s\n",
-              who, s.B, s.H, s.T, s.D, t.fwd, fwd_flop / t.fwd * 1e-9, t.bwd, bwd_flop / t.bwd * 1e-9, t.total,
-              (fwd_flop + bwd_flop) / t.total * 1e-9);
+  std::printf(
+      "%-36s B%-3d H%-3d T%-5d D%-4d fwd %7.3f ms %6.1f TF/s | bwd %7.3f ms %6.1f TF/s | total %7.3f ms "
+      "%6.1f TF/s\n",
+      who, s.B, s.H, s.T, s.D, t.fwd, fwd_flop / t.fwd * 1e-9, t.bwd, bwd_flop / t.bwd * 1e-9, t.total,
+      (fwd_flop + bwd_flop) / t.total * 1e-9);
 }
 
 Timing time_pair(const std::function<void()>& fwd, const std::function<void()>& bwd, int reps) {
@@ -121,8 +123,8 @@ void bench_shape(const Shape& s, int reps) {
   const int ld = 3 * buf.hd;
   bf16* dq = buf.dqkv.data();
   auto fwd_public = [&] {
-    fp4::cuda::attention_forward(q, k, v, ld, buf.out.data(), buf.hd, buf.lse.data(), s.B, s.T, s.H, s.D, scale,
-                                 nullptr);
+    fp4::cuda::attention_forward(q, k, v, ld, buf.out.data(), buf.hd, buf.lse.data(), s.B, s.T, s.H, s.D,
+                                 scale, nullptr);
   };
   auto bwd_public = [&] {
     fp4::cuda::attention_backward(q, k, v, ld, buf.out.data(), buf.dout.data(), buf.hd, buf.lse.data(), dq,
@@ -140,7 +142,8 @@ void bench_shape(const Shape& s, int reps) {
     ctx.seed = 1;
     auto fwd_q = [&] { qa.forward(q, k, v, ld, buf.out.data(), buf.hd, as, ctx, qws, gemm, nullptr); };
     auto bwd_q = [&] {
-      qa.backward(v, ld, buf.dout.data(), buf.hd, dq, dq + buf.hd, dq + 2 * buf.hd, ld, as, qws, gemm, nullptr);
+      qa.backward(v, ld, buf.dout.data(), buf.hd, dq, dq + buf.hd, dq + 2 * buf.hd, ld, as, qws, gemm,
+                  nullptr);
     };
     report("Q-Attn (attention.q_attn)", s, time_pair(fwd_q, bwd_q, reps));
   }
@@ -149,15 +152,17 @@ void bench_shape(const Shape& s, int reps) {
   report("  with FP4_ATTENTION_FWD=mma", s, time_pair(fwd_public, bwd_public, reps));
   unsetenv("FP4_ATTENTION_FWD");
 
-  const attn::FwdParams fp{q, k, v, ld, buf.out.data(), buf.hd, buf.lse.data(), s.B, s.T, s.H, scale * attn::kLog2e};
-  const attn::BwdArgs ba = attn::make_bwd_args(q, k, v, ld, buf.out.data(), buf.dout.data(), buf.hd, buf.lse.data(), dq,
-                                               dq + buf.hd, dq + 2 * buf.hd, ld, s.B, s.T, s.H, s.D, scale,
-                                               buf.ws.data());
+  const attn::FwdParams fp{
+      q, k, v, ld, buf.out.data(), buf.hd, buf.lse.data(), s.B, s.T, s.H, scale * attn::kLog2e};
+  const attn::BwdArgs ba =
+      attn::make_bwd_args(q, k, v, ld, buf.out.data(), buf.dout.data(), buf.hd, buf.lse.data(), dq,
+                          dq + buf.hd, dq + 2 * buf.hd, ld, s.B, s.T, s.H, s.D, scale, buf.ws.data());
   const bool wgmma_ok = attn::device_has_wgmma();
   for (const attn::FwdVariant& fv : attn::forward_variants()) {
     if (fv.head_dim != s.D || (attn::forward_variant_uses_wgmma(fv) && !wgmma_ok)) continue;
     const double ms = median_ms([&] { fv.launch(fp, nullptr); }, reps);
-    std::printf("  %-40s %7.3f ms %6.1f TF/s\n", fv.name, ms, 2.0 * s.B * s.H * double(s.T) * s.T * s.D / ms * 1e-9);
+    std::printf("  %-40s %7.3f ms %6.1f TF/s\n", fv.name, ms,
+                2.0 * s.B * s.H * double(s.T) * s.T * s.D / ms * 1e-9);
   }
   fwd_public();
   for (const attn::BwdVariant& bv : attn::backward_variants()) {
@@ -184,8 +189,10 @@ int main(int argc, char** argv) {
   try {
     cudaDeviceProp prop{};
     FP4_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("device: %s, %d SMs; median of %d runs after 3 warm-ups\n", prop.name, prop.multiProcessorCount, reps);
-    for (const Shape& s : {Shape{16, 8, 2048, 64}, Shape{16, 8, 2048, 128}, Shape{8, 16, 2048, 64}}) bench_shape(s, reps);
+    std::printf("device: %s, %d SMs; median of %d runs after 3 warm-ups\n", prop.name,
+                prop.multiProcessorCount, reps);
+    for (const Shape& s : {Shape{16, 8, 2048, 64}, Shape{16, 8, 2048, 128}, Shape{8, 16, 2048, 64}})
+      bench_shape(s, reps);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());
     return 1;

@@ -16,7 +16,8 @@ namespace fp4::bench {
 
 class JsonRows {
  public:
-  // An empty path: no output (the bench prints only its human table). The file is truncated: it holds this run.
+  // An empty path: no output (the bench prints only its human table). The file is truncated: it holds this
+  // run.
   JsonRows(const std::string& path, std::string bench, std::string device, int argc, char** argv)
       : bench_(std::move(bench)), device_(std::move(device)) {
     if (path.empty()) return;

@@ -25,7 +25,8 @@ std::vector<float> read_floats(const char* path) {
   std::ifstream f(path, std::ios::binary);
   FP4_CHECK(f.good(), "format_dump: cannot open ", path);
   const std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  FP4_CHECK(bytes.size() % 4 == 0, "format_dump: ", path, " holds ", bytes.size(), " bytes, not whole float32 values");
+  FP4_CHECK(bytes.size() % 4 == 0, "format_dump: ", path, " holds ", bytes.size(),
+            " bytes, not whole float32 values");
   std::vector<float> v(bytes.size() / 4);
   std::memcpy(v.data(), bytes.data(), bytes.size());
   return v;

@@ -3,8 +3,9 @@
 // around each launch; the median is reported), alternating between two input buffers so the input is
 // never served from L2. Bytes moved = bytes read + bytes written by the kernel. Nothing is asserted.
 //
-// --json FILE also writes one JSON object a row (bench/bench_json.h): kernel, dtype (bf16 or fp32), size, shape,
-// bytes moved and median us, the copy row included; scripts/bench_to_json.py takes the ratios from them.
+// --json FILE also writes one JSON object a row (bench/bench_json.h): kernel, dtype (bf16 or fp32), size,
+// shape, bytes moved and median us, the copy row included; scripts/bench_to_json.py takes the ratios from
+// them.
 //
 // usage: quantize_bench [--sizes-mib 64,256] [--dtypes bf16,f32] [--runs 20] [--json FILE]
 #include <algorithm>
@@ -158,9 +159,11 @@ void run_size(int64_t mib, QuantIoType dtype, int runs, cudaStream_t stream, ben
     rows_out.push_back({name, bytes, median_us(f, runs, stream)});
   };
   time("copy (cudaMemcpy D2D)", 2 * in_bytes, [&](int i) {
-    FP4_CUDA_CHECK(cudaMemcpyAsync(copy_dst.data(), in[i].data(), n * elem, cudaMemcpyDeviceToDevice, stream));
+    FP4_CUDA_CHECK(
+        cudaMemcpyAsync(copy_dst.data(), in[i].data(), n * elem, cudaMemcpyDeviceToDevice, stream));
   });
-  time("amax pre-pass", in_bytes, [&](int i) { amax_nvfp4_cuda(input(i), tensor_rtn, rnd, amax.data(), stream); });
+  time("amax pre-pass", in_bytes,
+       [&](int i) { amax_nvfp4_cuda(input(i), tensor_rtn, rnd, amax.data(), stream); });
   time("nvfp4 1x16 tensor rtn (quantize)", in_bytes + nvfp4_tensor_out, [&](int i) {
     quantize_nvfp4_cuda(input(i), tensor_rtn, rnd, q_tensor.view(), amax.data(), nullptr, none, stream);
   });
@@ -191,7 +194,8 @@ void run_size(int64_t mib, QuantIoType dtype, int runs, cudaStream_t stream, ben
     const DualOperand c{aligned, rnd, q_cols.view(), nullptr, nullptr};
     quantize_dual_cuda(input(i), r, c, none, stream);
   });
-  if (dtype == QuantIoType::kBF16) {  // the gradient pairs (a BF16 dY, original source: the fast kernel's forms)
+  if (dtype ==
+      QuantIoType::kBF16) {  // the gradient pairs (a BF16 dY, original source: the fast kernel's forms)
     DeviceBuffer<uint16_t> deq_cols(n);
     DequantOutput rows_bf16, cols_bf16;
     rows_bf16.data = deq.data();
@@ -221,7 +225,8 @@ void run_size(int64_t mib, QuantIoType dtype, int runs, cudaStream_t stream, ben
     FP4_CUDA_CHECK(cudaStreamSynchronize(stream));  // the buffers above leave scope
   }
   time("mxfp8", in_bytes + n + n / 32.0, [&](int i) {
-    quantize_mxfp8_cuda(input(i), Mxfp8DeviceView{mx_codes.data(), mx_scales.data(), rows, cols}, nullptr, stream);
+    quantize_mxfp8_cuda(input(i), Mxfp8DeviceView{mx_codes.data(), mx_scales.data(), rows, cols}, nullptr,
+                        stream);
   });
   time("dequantize nvfp4 block128 -> bf16", nvfp4_b128_out + 2.0 * n, [&](int) {
     DequantOutput d;
@@ -235,10 +240,17 @@ void run_size(int64_t mib, QuantIoType dtype, int runs, cudaStream_t stream, ben
   const char* dt = dtype == QuantIoType::kBF16 ? "bf16" : "f32";
   for (const Row& r : rows_out) {
     const double gbs = r.bytes / r.us / 1e3;
-    std::printf("| %-40s | %-4s | %5lld x %-5lld | %8.1f MB | %9.1f us | %7.0f GB/s | %5.2f |\n", r.kernel.c_str(), dt,
-                static_cast<long long>(rows), static_cast<long long>(cols), r.bytes / 1e6, r.us, gbs, gbs / copy_gbs);
-    json.write({{"kernel", r.kernel}, {"dtype", dtype == QuantIoType::kBF16 ? "bf16" : "fp32"}, {"mib", mib},
-                {"rows", rows}, {"cols", cols}, {"bytes", r.bytes}, {"median_us", r.us}, {"runs", runs}});
+    std::printf("| %-40s | %-4s | %5lld x %-5lld | %8.1f MB | %9.1f us | %7.0f GB/s | %5.2f |\n",
+                r.kernel.c_str(), dt, static_cast<long long>(rows), static_cast<long long>(cols),
+                r.bytes / 1e6, r.us, gbs, gbs / copy_gbs);
+    json.write({{"kernel", r.kernel},
+                {"dtype", dtype == QuantIoType::kBF16 ? "bf16" : "fp32"},
+                {"mib", mib},
+                {"rows", rows},
+                {"cols", cols},
+                {"bytes", r.bytes},
+                {"median_us", r.us},
+                {"runs", runs}});
   }
   std::fflush(stdout);
 }
@@ -253,8 +265,8 @@ int main(int argc, char** argv) {
     FP4_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("quantize_bench on %s (%d SMs, L2 %d MiB); median of %d runs, 2 rotating inputs\n", prop.name,
                 prop.multiProcessorCount, prop.l2CacheSize >> 20, o.runs);
-    std::printf("| %-40s | %-4s | %-13s | %-11s | %-12s | %-12s | %-5s |\n", "kernel", "in", "shape", "bytes moved",
-                "median", "bandwidth", "/copy");
+    std::printf("| %-40s | %-4s | %-13s | %-11s | %-12s | %-12s | %-5s |\n", "kernel", "in", "shape",
+                "bytes moved", "median", "bandwidth", "/copy");
     fp4::bench::JsonRows json(o.json, "quantize_bench", prop.name, argc, argv);
     cudaStream_t stream = nullptr;
     FP4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

@@ -5,7 +5,8 @@
 // Tokens are uniform over the real vocabulary (the speed does not depend on them). Prints one line:
 // tokens/s over the timed steps, the mean step time, and the device memory the engine holds.
 // --json FILE also writes one JSON object a recipe (bench/bench_json.h), the raw figures without ratios:
-// scripts/bench_to_json.py computes those against the run's bf16 row when it merges docs/benchmarks/latest.json.
+// scripts/bench_to_json.py computes those against the run's bf16 row when it merges
+// docs/benchmarks/latest.json.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -18,8 +19,8 @@
 #include "bench_json.h"
 #include "core/error.h"
 #include "model/cuda/cuda_engine.h"
-#include "recipe/recipe_io.h"
 #include "ops/cuda/cuda_check.h"
+#include "recipe/recipe_io.h"
 
 namespace fp4 {
 namespace {
@@ -107,14 +108,22 @@ int run(int argc, char** argv) {
     }
     if (name == names.front()) base_ms = ms, base_mem = mem;
     const double tokens = static_cast<double>(micro) * batch * seq;
-    std::cout << "train_bench: " << cfg.name << " recipe " << name << " B" << batch << " T" << seq << " x" << micro
-              << " micro-batches on " << device << ": " << static_cast<int64_t>(tokens / (ms / 1e3))
+    std::cout << "train_bench: " << cfg.name << " recipe " << name << " B" << batch << " T" << seq << " x"
+              << micro << " micro-batches on " << device << ": " << static_cast<int64_t>(tokens / (ms / 1e3))
               << " tokens/s, " << ms << " ms/step, device memory " << mem << " GiB, last loss " << loss
-              << ", step time vs " << names.front() << " " << ms / base_ms << "x, memory vs " << names.front() << " "
-              << mem / base_mem << "x\n";
-    json.write({{"config", cfg.name}, {"recipe", name}, {"batch", batch}, {"seq", seq}, {"micro", micro},
-                {"steps", steps}, {"warmup", warmup}, {"tokens_s", tokens / (ms / 1e3)}, {"ms_step", ms},
-                {"memory_gib", mem}, {"last_loss", loss}});
+              << ", step time vs " << names.front() << " " << ms / base_ms << "x, memory vs " << names.front()
+              << " " << mem / base_mem << "x\n";
+    json.write({{"config", cfg.name},
+                {"recipe", name},
+                {"batch", batch},
+                {"seq", seq},
+                {"micro", micro},
+                {"steps", steps},
+                {"warmup", warmup},
+                {"tokens_s", tokens / (ms / 1e3)},
+                {"ms_step", ms},
+                {"memory_gib", mem},
+                {"last_loss", loss}});
   }
   return 0;
 }

@@ -35,6 +35,11 @@ set_tests_properties(check_layers PROPERTIES LABELS cpu TIMEOUT 60)
 # docs/benchmarks/latest.json's merge script (scripts/bench_to_json.py) and the committed file's fields.
 add_test(NAME bench_to_json COMMAND ${FP4_SYSTEM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/scripts/bench_to_json_test.py)
 set_tests_properties(bench_to_json PROPERTIES LABELS cpu TIMEOUT 60)
+# Every C++/CUDA source formatted as .clang-format says (scripts/check_format.py), and the check itself.
+add_test(NAME check_format COMMAND ${FP4_SYSTEM_PYTHON} ${CMAKE_SOURCE_DIR}/scripts/check_format.py)
+set_tests_properties(check_format PROPERTIES LABELS cpu TIMEOUT 120)
+add_test(NAME check_format_script COMMAND ${FP4_SYSTEM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/scripts/check_format_test.py)
+set_tests_properties(check_format_script PROPERTIES LABELS cpu TIMEOUT 60)
 file(GLOB refs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/reference/check_*.py)
 foreach(ref ${refs})
   get_filename_component(n ${ref} NAME_WE)

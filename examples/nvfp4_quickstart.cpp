@@ -34,8 +34,8 @@ fp4::QuantRandomness randomness(uint64_t seed, int rht_n) {
   return r;
 }
 
-// The RHT is orthogonal and H_n is symmetric: x = ((x' H_n) / sqrt(n)) * s undoes x' = ((x * s) H_n) / sqrt(n)
-// on every n-element segment of a row.
+// The RHT is orthogonal and H_n is symmetric: x = ((x' H_n) / sqrt(n)) * s undoes x' = ((x * s) H_n) /
+// sqrt(n) on every n-element segment of a row.
 void undo_rht(std::vector<float>& y, int64_t rows, int64_t cols, const fp4::RhtSigns& signs) {
   fp4::RhtSigns plain = signs;
   for (uint32_t& w : plain.mask) w = 0;
@@ -50,7 +50,8 @@ void undo_rht(std::vector<float>& y, int64_t rows, int64_t cols, const fp4::RhtS
 
 double relative_mse(const std::vector<float>& x, const std::vector<float>& y) {
   double num = 0, den = 0;
-  for (size_t i = 0; i < x.size(); ++i) num += (x[i] - y[i]) * double(x[i] - y[i]), den += double(x[i]) * x[i];
+  for (size_t i = 0; i < x.size(); ++i)
+    num += (x[i] - y[i]) * double(x[i] - y[i]), den += double(x[i]) * x[i];
   return num / den;
 }
 
@@ -63,15 +64,18 @@ int main() {
   std::normal_distribution<float> normal;
   std::vector<float> x(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) x[size_t(r * cols + c)] = normal(g) * (c == 7 || c == 300 ? 20.f : 1.f);
+    for (int64_t c = 0; c < cols; ++c)
+      x[size_t(r * cols + c)] = normal(g) * (c == 7 || c == 300 ? 20.f : 1.f);
 
   struct Mode {
     const char* name;
     QuantSpec spec;
   };
   const Mode modes[] = {
-      {"NVIDIA activations: 1x16, tensor scale, RTN", nvfp4(fp4::OuterScale::kTensor, fp4::Rounding::kRtn, 0)},
-      {"TetraJet-v2 activations: 1x16, block128, RTN", nvfp4(fp4::OuterScale::kBlock128, fp4::Rounding::kRtn, 0)},
+      {"NVIDIA activations: 1x16, tensor scale, RTN",
+       nvfp4(fp4::OuterScale::kTensor, fp4::Rounding::kRtn, 0)},
+      {"TetraJet-v2 activations: 1x16, block128, RTN",
+       nvfp4(fp4::OuterScale::kBlock128, fp4::Rounding::kRtn, 0)},
       {"gradients: 1x16, block128, SR, RHT16", nvfp4(fp4::OuterScale::kBlock128, fp4::Rounding::kSr, 16)},
   };
   bool ok = true;

@@ -14,7 +14,8 @@
 namespace {
 
 // y = x w^T for x [n x in], w [out x in], in double.
-std::vector<double> matmul_nt(const std::vector<float>& x, const std::vector<float>& w, int n, int in, int out) {
+std::vector<double> matmul_nt(const std::vector<float>& x, const std::vector<float>& w, int n, int in,
+                              int out) {
   std::vector<double> y(static_cast<size_t>(n) * out, 0.0);
   for (int i = 0; i < n; ++i)
     for (int o = 0; o < out; ++o) {
@@ -27,7 +28,8 @@ std::vector<double> matmul_nt(const std::vector<float>& x, const std::vector<flo
 
 double relative_error(const std::vector<float>& got, const std::vector<double>& want) {
   double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
+  for (size_t i = 0; i < got.size(); ++i)
+    num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
   return std::sqrt(num / den);
 }
 
@@ -47,7 +49,8 @@ int main() {
   bool ok = true;
   for (const char* preset : {"bf16", "nvidia-nvfp4", "tetrajet-v2-base"}) {
     const fp4::Recipe recipe = fp4::load_recipe(preset);
-    // The policy of the first block's attention projection in a 2-block model (recipes can keep blocks in BF16).
+    // The policy of the first block's attention projection in a 2-block model (recipes can keep blocks in
+    // BF16).
     const fp4::LinearPolicy policy = recipe.policy_for(0, 2, fp4::LinearKind::kAttnOut);
     fp4::QuantLinearCpu layer(policy, in, out, /*layer_id*/ 1, "example");
     fp4::QuantContext ctx;

@@ -4,7 +4,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates xz-utils
   libopenblas-dev nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libpcre2-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev clang-format
   python3 python3-torch python3-numpy python3-matplotlib
 )
 missing=()

@@ -113,7 +113,8 @@ Batch DataLoader::next() {
 Batch DataLoader::next_slice(int rank, int world) {
   FP4_CHECK(options_.world_size == 1, "data loader: next_slice needs an unsliced loader (world size ",
             options_.world_size, ")");
-  FP4_CHECK(world >= 1 && rank >= 0 && rank < world, "data loader: rank ", rank, " outside world size ", world);
+  FP4_CHECK(world >= 1 && rank >= 0 && rank < world, "data loader: rank ", rank, " outside world size ",
+            world);
   FP4_CHECK(world <= options_.batch, "data loader: a batch of ", options_.batch, " rows cannot give each of ",
             world, " ranks a row (data.batch must be >= the number of processes)");
   Batch b = empty_batch((options_.batch - rank + world - 1) / world, options_.seq);

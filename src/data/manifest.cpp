@@ -30,14 +30,16 @@ T field(const nlohmann::json& j, const char* key, const std::string& where) {
 
 // Reads j[key] as a JSON integer in [lo, hi]: a boolean, a fraction (257.9) or a value that would wrap
 // when narrowed (2^40 as an int32) is an error naming the field and the range.
-int64_t int_field(const nlohmann::json& j, const char* key, const std::string& where, int64_t lo, int64_t hi) {
+int64_t int_field(const nlohmann::json& j, const char* key, const std::string& where, int64_t lo,
+                  int64_t hi) {
   FP4_CHECK(j.is_object() && j.contains(key), where, ": field \"", key, "\" is missing");
   const auto& v = j.at(key);
-  const bool in_range = (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(hi) &&
-                         static_cast<int64_t>(v.get<uint64_t>()) >= lo) ||
-                        (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() >= lo &&
-                         v.get<int64_t>() <= hi);
-  FP4_CHECK(in_range, where, ": field \"", key, "\" must be an integer in [", lo, ", ", hi, "], got ", v.dump());
+  const bool in_range =
+      (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(hi) &&
+       static_cast<int64_t>(v.get<uint64_t>()) >= lo) ||
+      (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi);
+  FP4_CHECK(in_range, where, ": field \"", key, "\" must be an integer in [", lo, ", ", hi, "], got ",
+            v.dump());
   return v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
 }
 
@@ -56,7 +58,8 @@ ManifestSplit split_from_json(const nlohmann::json& j, const std::string& where)
     FP4_CHECK(shards[i].is_object() && shards[i].contains("payload_fnv1a") &&
                   shards[i]["payload_fnv1a"].is_number_unsigned(),
               at, ": field \"payload_fnv1a\" must be an unsigned 64-bit integer");
-    s.shards.push_back({field<std::string>(shards[i], "file", at), int_field(shards[i], "tokens", at, 0, kMaxCount),
+    s.shards.push_back({field<std::string>(shards[i], "file", at),
+                        int_field(shards[i], "tokens", at, 0, kMaxCount),
                         shards[i]["payload_fnv1a"].get<uint64_t>()});
   }
   int64_t sum = 0;
@@ -121,8 +124,8 @@ Manifest read_manifest(const std::filesystem::path& dir_or_file) {
   Manifest m;
   FP4_CHECK(j.is_object() && j.contains("format_version") && j["format_version"].is_number_integer() &&
                 j["format_version"] == 1,
-            where, ": unsupported format_version ", j.is_object() ? j.value("format_version", nlohmann::json()).dump() : "",
-            " (this build reads 1)");
+            where, ": unsupported format_version ",
+            j.is_object() ? j.value("format_version", nlohmann::json()).dump() : "", " (this build reads 1)");
   m.format_version = 1;
   m.tokenizer = field<std::string>(j, "tokenizer", where);
   m.tokenizer_name = field<std::string>(j, "tokenizer_name", where);

@@ -103,7 +103,8 @@ std::vector<SplitRun> split_runs(std::string_view text, const fs::path& path, bo
   for (size_t i = 0; i < pieces.size(); ++i) {
     const bool val = hash_unit(name + "#" + std::to_string(i), true) < o.val_sample;
     if (!runs.empty() && runs.back().val == val) {  // pieces are contiguous views of text
-      runs.back().text = std::string_view(runs.back().text.data(), runs.back().text.size() + pieces[i].size());
+      runs.back().text =
+          std::string_view(runs.back().text.data(), runs.back().text.size() + pieces[i].size());
     } else {
       runs.push_back({pieces[i], val});
     }
@@ -183,13 +184,15 @@ Manifest prepare_shards(const PrepareOptions& o) {
   // NaN compares false with every bound, so the ranges are written to fail for it.
   FP4_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "prepare: val_fraction must be in [0, 1), got ",
             o.val_fraction);
-  FP4_CHECK(o.val_sample >= 0 && o.val_sample < 1, "prepare: val_sample must be in [0, 1), got ", o.val_sample);
+  FP4_CHECK(o.val_sample >= 0 && o.val_sample < 1, "prepare: val_sample must be in [0, 1), got ",
+            o.val_sample);
   FP4_CHECK(o.threads >= 0 && o.threads <= kMaxPrepareThreads, "prepare: threads must be in [0, ",
             kMaxPrepareThreads, "] (0: all cores), got ", o.threads);
   FP4_CHECK(o.shard_tokens > 0, "prepare: shard_tokens must be positive, got ", o.shard_tokens);
   auto tokenizer = load_tokenizer(o.tokenizer);
   std::vector<Document> docs = plan_documents(o);
-  FP4_CHECK(o.val_sample >= 0 && o.val_sample < 1, "prepare: val_sample must be in [0, 1), got ", o.val_sample);
+  FP4_CHECK(o.val_sample >= 0 && o.val_sample < 1, "prepare: val_sample must be in [0, 1), got ",
+            o.val_sample);
   FP4_CHECK(o.val_piece_bytes > 0, "prepare: val_piece_bytes must be positive, got ", o.val_piece_bytes);
 
   std::error_code ec;
@@ -244,8 +247,8 @@ Manifest prepare_shards(const PrepareOptions& o) {
         const Tokenizer* tok = tokenizer.get();
         std::string_view chunk = chunks[c];
         const bool last = c + 1 == chunks.size();
-        window.push_back({pool.submit([tok, text, chunk] { return tok->encode(chunk); }), d, runs[r].val, last,
-                          last && r + 1 == runs.size()});
+        window.push_back({pool.submit([tok, text, chunk] { return tok->encode(chunk); }), d, runs[r].val,
+                          last, last && r + 1 == runs.size()});
       }
     }
   }

@@ -32,7 +32,7 @@ struct PrepareOptions {
   std::string tokenizer = "bytes";  // a load_tokenizer spec
   std::filesystem::path out_dir;
   int64_t shard_tokens = int64_t{1} << 24;  // tokens per shard file (the last one may hold fewer)
-  int threads = 0;                          // 0: std::thread::hardware_concurrency(); at most kMaxPrepareThreads
+  int threads = 0;  // 0: std::thread::hardware_concurrency(); at most kMaxPrepareThreads
   // Large documents are cut into pieces of about this many bytes, only at places where the cut
   // cannot change the GPT-2 pre-tokenization, so the tokens are the same as for the whole file.
   int64_t chunk_bytes = int64_t{1} << 20;

@@ -63,8 +63,10 @@ DistEnv parse_dist_env(const EnvLookup& lookup) {
   if (from == nullptr) return env;  // a plain single-process run
   const auto rank = first_set(lookup, {from->rank});
   const auto world = first_set(lookup, {from->world});
-  FP4_CHECK(rank, "environment variable ", from->rank, " is not set but ", from->world, " is (", from->name, ")");
-  FP4_CHECK(world, "environment variable ", from->world, " is not set but ", from->rank, " is (", from->name, ")");
+  FP4_CHECK(rank, "environment variable ", from->rank, " is not set but ", from->world, " is (", from->name,
+            ")");
+  FP4_CHECK(world, "environment variable ", from->world, " is not set but ", from->rank, " is (", from->name,
+            ")");
   env.launched = true;
   env.rank = parse_int(*rank);
   env.world_size = parse_int(*world);

@@ -14,8 +14,8 @@ struct DistEnv {
   int local_rank = 0;  // selects the GPU on this node
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  // True when a launcher set RANK/WORLD_SIZE (or another launcher's forms), even for a job of one process: the
-  // trainer then takes the data-parallel path (communicator, sharded optimizer) for any world size.
+  // True when a launcher set RANK/WORLD_SIZE (or another launcher's forms), even for a job of one process:
+  // the trainer then takes the data-parallel path (communicator, sharded optimizer) for any world size.
   bool launched = false;
 };
 

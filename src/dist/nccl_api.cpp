@@ -16,8 +16,7 @@ namespace {
 
 // The directory of the nvidia-nccl wheel as python3 sees it ("" when it is not installed).
 std::string wheel_directory() {
-  const char* cmd =
-      "python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null";
+  const char* cmd = "python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(cmd, "r"), &::pclose);
   if (!pipe) return "";
   std::array<char, 4096> buf{};
@@ -41,16 +40,20 @@ Api load() {
   void* lib = nullptr;
   const auto attempt = [&](const std::string& p) {
     lib = ::dlopen(p.c_str(), RTLD_NOW | RTLD_GLOBAL);
-    if (lib) path = p;
-    else tried += "\n  " + p + ": " + ::dlerror();
+    if (lib)
+      path = p;
+    else
+      tried += "\n  " + p + ": " + ::dlerror();
     return lib != nullptr;
   };
   for (const auto& c : candidates)
     if (attempt(c)) break;
   if (!lib) {
     const std::string dir = wheel_directory();
-    if (dir.empty()) tried += "\n  python3's nvidia.nccl package: not installed";
-    else attempt(dir + "/lib/libnccl.so.2");
+    if (dir.empty())
+      tried += "\n  python3's nvidia.nccl package: not installed";
+    else
+      attempt(dir + "/lib/libnccl.so.2");
   }
   FP4_CHECK(lib != nullptr, "cannot load NCCL (needed for multi-GPU training); tried:", tried,
             "\nset FP4_NCCL_LIBRARY to the path of libnccl.so.2 (pip's nvidia-nccl-cu* wheel has one under "

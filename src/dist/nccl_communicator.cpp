@@ -10,9 +10,12 @@ namespace {
 
 int nccl_type(CommType t) {
   switch (t) {
-    case CommType::kF32: return nccl::kFloat32;
-    case CommType::kF64: return nccl::kFloat64;
-    case CommType::kI64: return nccl::kInt64;
+    case CommType::kF32:
+      return nccl::kFloat32;
+    case CommType::kF64:
+      return nccl::kFloat64;
+    case CommType::kI64:
+      return nccl::kInt64;
   }
   FP4_THROW("NCCL: unknown element type");
 }
@@ -22,7 +25,8 @@ void disable_nvls(const std::function<void(const std::string&)>& log) {
   const char* before = std::getenv("NCCL_NVLS_ENABLE");
   ::setenv("NCCL_NVLS_ENABLE", "0", 1);
   if (before && std::strcmp(before, "0") != 0)
-    log(std::string("NCCL_NVLS_ENABLE=") + before + " replaced by 0: NVLink multicast stays off on these machines");
+    log(std::string("NCCL_NVLS_ENABLE=") + before +
+        " replaced by 0: NVLink multicast stays off on these machines");
   else
     log("NCCL_NVLS_ENABLE=0 (NVLink multicast off)");
 }
@@ -37,8 +41,9 @@ NcclCommunicator::NcclCommunicator(const DistEnv& env, std::chrono::milliseconds
   if (env.rank == 0) check(api_.get_unique_id(&id), "ncclGetUniqueId");
   std::vector<uint8_t> blob(sizeof(id));
   std::memcpy(blob.data(), &id, sizeof(id));
-  host_ = std::make_unique<TcpCommunicator>(env, setup_timeout, op_timeout,
-                                            env.rank == 0 ? std::span<const uint8_t>(blob) : std::span<const uint8_t>());
+  host_ = std::make_unique<TcpCommunicator>(
+      env, setup_timeout, op_timeout,
+      env.rank == 0 ? std::span<const uint8_t>(blob) : std::span<const uint8_t>());
   FP4_CHECK(host_->setup_payload().size() == sizeof(id), "NCCL setup: rank ", env.rank, " received a ",
             host_->setup_payload().size(), "-byte unique id, expected ", sizeof(id));
   std::memcpy(&id, host_->setup_payload().data(), sizeof(id));
@@ -94,6 +99,8 @@ void NcclCommunicator::all_gather(float* data, std::span<const IndexRange> range
   check(api_.group_end(), "ncclGroupEnd");
 }
 
-void NcclCommunicator::barrier(void*) { host_->barrier(); }
+void NcclCommunicator::barrier(void*) {
+  host_->barrier();
+}
 
 }  // namespace fp4

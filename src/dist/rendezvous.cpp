@@ -28,8 +28,8 @@ void send_u32s(const Socket& s, std::initializer_list<uint32_t> values, Clock::t
   send_exactly(s, wire.data(), wire.size() * sizeof(uint32_t), deadline, where, what);
 }
 
-std::vector<uint32_t> recv_u32s(const Socket& s, size_t count, Clock::time_point deadline, const std::string& where,
-                                const char* what) {
+std::vector<uint32_t> recv_u32s(const Socket& s, size_t count, Clock::time_point deadline,
+                                const std::string& where, const char* what) {
   std::vector<uint32_t> wire(count);
   recv_exactly(s, wire.data(), count * sizeof(uint32_t), deadline, where, what);
   for (auto& v : wire) v = ntohl(v);
@@ -44,13 +44,14 @@ std::vector<uint8_t> serve(const DistEnv& env, std::span<const uint8_t> blob, Cl
   // Collect one connection per non-zero rank; each introduces itself with (magic, rank, world size).
   std::vector<Socket> peers(env.world_size);
   for (int joined = 1; joined < env.world_size; ++joined) {
-    Socket conn = accept_one(listener, deadline, where,
-                             detail::concat("the other ranks (", joined, " of ", env.world_size, " ranks joined)"));
+    Socket conn =
+        accept_one(listener, deadline, where,
+                   detail::concat("the other ranks (", joined, " of ", env.world_size, " ranks joined)"));
     const auto hello = recv_u32s(conn, 3, deadline, where, "a joining rank's hello");
     FP4_CHECK(hello[0] == kMagic, where, ": a connection that is not an fp4train rank");
     const int rank = static_cast<int>(hello[1]);
-    FP4_CHECK(static_cast<int>(hello[2]) == env.world_size, where, ": rank ", rank, " believes the world size is ",
-              hello[2]);
+    FP4_CHECK(static_cast<int>(hello[2]) == env.world_size, where, ": rank ", rank,
+              " believes the world size is ", hello[2]);
     FP4_CHECK(rank >= 1 && rank < env.world_size, where, ": a peer claims rank ", rank);
     FP4_CHECK(peers[rank].fd() < 0, where, ": rank ", rank, " joined twice");
     peers[rank] = std::move(conn);
@@ -67,9 +68,10 @@ std::vector<uint8_t> serve(const DistEnv& env, std::span<const uint8_t> blob, Cl
 }
 
 std::vector<uint8_t> join(const DistEnv& env, Clock::time_point deadline, const std::string& where) {
-  const Socket s = connect_retrying(env.master_addr, env.master_port, deadline, where + " connecting to rank 0");
-  send_u32s(s, {kMagic, static_cast<uint32_t>(env.rank), static_cast<uint32_t>(env.world_size)}, deadline, where,
-            "the hello");
+  const Socket s =
+      connect_retrying(env.master_addr, env.master_port, deadline, where + " connecting to rank 0");
+  send_u32s(s, {kMagic, static_cast<uint32_t>(env.rank), static_cast<uint32_t>(env.world_size)}, deadline,
+            where, "the hello");
   const auto header = recv_u32s(s, 2, deadline, where, "the blob from rank 0");
   FP4_CHECK(header[0] == kMagic && header[1] <= kMaxBlob, where, ": rank 0 sent a malformed blob header");
   std::vector<uint8_t> blob(header[1]);

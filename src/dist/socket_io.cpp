@@ -108,7 +108,8 @@ Socket listen_on(const std::string& addr, int port, int backlog, const std::stri
   }
   const int err = errno;
   ::freeaddrinfo(res);
-  FP4_CHECK(bound == 0, where, ": cannot listen on ", addr, ":", port, " (bind failed: ", std::strerror(err), ")");
+  FP4_CHECK(bound == 0, where, ": cannot listen on ", addr, ":", port, " (bind failed: ", std::strerror(err),
+            ")");
   FP4_CHECK(::listen(s.fd(), backlog) == 0, where, ": listen failed: ", std::strerror(errno));
   configure(s.fd());
   return s;
@@ -128,7 +129,8 @@ Socket listen_ephemeral(const std::string& addr, int backlog, int& port, const s
 Socket accept_one(const Socket& listener, SteadyClock::time_point deadline, const std::string& where,
                   const std::string& waiting_for) {
   for (;;) {
-    FP4_CHECK(wait_ready(listener.fd(), POLLIN, deadline, where), where, ": timed out waiting for ", waiting_for);
+    FP4_CHECK(wait_ready(listener.fd(), POLLIN, deadline, where), where, ": timed out waiting for ",
+              waiting_for);
     Socket conn(::accept(listener.fd(), nullptr, nullptr));
     if (conn.fd() < 0) continue;  // the client gave up between poll and accept
     configure(conn.fd());

@@ -12,11 +12,16 @@ constexpr uint32_t kMagic = 0x46503443;  // "FP4C"
 
 const char* op_name(uint32_t op) {
   switch (op) {
-    case 1: return "all_reduce_sum";
-    case 2: return "reduce_scatter_sum";
-    case 3: return "all_gather";
-    case 4: return "barrier";
-    default: return "an unknown collective";
+    case 1:
+      return "all_reduce_sum";
+    case 2:
+      return "reduce_scatter_sum";
+    case 3:
+      return "all_gather";
+    case 4:
+      return "barrier";
+    default:
+      return "an unknown collective";
   }
 }
 
@@ -28,9 +33,12 @@ void add_into(void* acc, const void* x, int64_t n) {
 }
 
 void add_typed(void* acc, const void* x, int64_t n, CommType t) {
-  if (t == CommType::kF32) add_into<float>(acc, x, n);
-  else if (t == CommType::kF64) add_into<double>(acc, x, n);
-  else add_into<int64_t>(acc, x, n);
+  if (t == CommType::kF32)
+    add_into<float>(acc, x, n);
+  else if (t == CommType::kF64)
+    add_into<double>(acc, x, n);
+  else
+    add_into<int64_t>(acc, x, n);
 }
 
 }  // namespace
@@ -103,8 +111,8 @@ void TcpCommunicator::recv(int peer, Op op, void* data, size_t bytes) {
   FP4_CHECK(h.op == static_cast<uint32_t>(op) && h.seq == seq_, where(), ": rank ", from, " called ",
             op_name(h.op), " (collective #", h.seq, ") while this rank called ",
             op_name(static_cast<uint32_t>(op)), " (collective #", seq_, ")");
-  FP4_CHECK(h.bytes == bytes, where(), ": rank ", from, " sent ", h.bytes, " bytes for ",
-            op_name(h.op), ", this rank expected ", bytes, " (buffers of different sizes)");
+  FP4_CHECK(h.bytes == bytes, where(), ": rank ", from, " sent ", h.bytes, " bytes for ", op_name(h.op),
+            ", this rank expected ", bytes, " (buffers of different sizes)");
   if (bytes > 0) recv_exactly(s, data, bytes, deadline, where(), op_name(h.op));
 }
 

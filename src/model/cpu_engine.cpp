@@ -21,8 +21,6 @@ namespace fp4 {
 
 namespace {
 
-
-
 class CpuEngine final : public TrainingEngine, public OutControlSource {
  public:
   CpuEngine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed)
@@ -193,7 +191,8 @@ class CpuEngine final : public TrainingEngine, public OutControlSource {
     auto& ps = model_.params();
     // Check everything before changing anything, so a bad state leaves the engine as it was.
     std::vector<const StateTensor*> values;
-    for (int i = 0; i < ps.size(); ++i) values.push_back(&index.require(ps.at(i).info.name, "F32", ps.at(i).info.shape));
+    for (int i = 0; i < ps.size(); ++i)
+      values.push_back(&index.require(ps.at(i).info.name, "F32", ps.at(i).info.shape));
     opt_->load_state(index, ps);  // checks all of its tensors before keeping any
     for (int i = 0; i < ps.size(); ++i)
       std::memcpy(ps.value(i).data(), values[static_cast<size_t>(i)]->bytes.data(),

@@ -9,12 +9,14 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const Mode
                      const Recipe& recipe, int layer, const QuantContext* quant_ctx)
     : params_(params), cfg_(cfg), quant_ctx_(quant_ctx) {
   const int d = cfg.d_model;
-  qkv_ = make_linear(params, {prefix + ".wqkv", d, 3 * d, recipe.policy_for(layer, cfg.n_layers, LinearKind::kQkv),
-                              recipe.name, linear_id(layer, LinearKind::kQkv), quant_ctx});
+  qkv_ = make_linear(params,
+                     {prefix + ".wqkv", d, 3 * d, recipe.policy_for(layer, cfg.n_layers, LinearKind::kQkv),
+                      recipe.name, linear_id(layer, LinearKind::kQkv), quant_ctx});
   q_norm_ = params.add(prefix + ".q_norm", {d}, false, ParamInit::kOnes);
   k_norm_ = params.add(prefix + ".k_norm", {d}, false, ParamInit::kOnes);
-  out_ = make_linear(params, {prefix + ".wo", d, d, recipe.policy_for(layer, cfg.n_layers, LinearKind::kAttnOut),
-                              recipe.name, linear_id(layer, LinearKind::kAttnOut), quant_ctx});
+  out_ =
+      make_linear(params, {prefix + ".wo", d, d, recipe.policy_for(layer, cfg.n_layers, LinearKind::kAttnOut),
+                           recipe.name, linear_id(layer, LinearKind::kAttnOut), quant_ctx});
   if (recipe.attention.q_attn) {
     FP4_CHECK(quant_ctx, prefix, ": recipe ", recipe.name, " sets attention.q_attn, which needs the model's ",
               "quantization context");

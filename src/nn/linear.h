@@ -17,8 +17,8 @@ struct LinearSpec {
   int in_features = 0;
   int out_features = 0;
   LinearPolicy policy;
-  std::string recipe_name;  // for error messages
-  uint32_t layer_id = 0;    // distinct per linear of a model: its random streams
+  std::string recipe_name;                  // for error messages
+  uint32_t layer_id = 0;                    // distinct per linear of a model: its random streams
   const QuantContext* quant_ctx = nullptr;  // the engine's seed and call counter (quantized layers)
 };
 

@@ -48,7 +48,8 @@ class LoraSvd {
   void realign(ParameterSet& params, uint64_t seed, int64_t index) const;
   // Realignment number `index` of one layer on host copies of its W_res [out x in], L1 [r x in] and
   // L2 [out x r] (what realign() does for each layer; the CUDA engine calls it on downloaded factors).
-  void realign_layer(const Layer& layer, float* w_res, float* l1, float* l2, uint64_t seed, int64_t index) const;
+  void realign_layer(const Layer& layer, float* w_res, float* l1, float* l2, uint64_t seed,
+                     int64_t index) const;
   // At step 0: L1 = L2 = 0, then realignment 0, so W_res starts as the initial W minus its top-r part.
   void initialize(ParameterSet& params, uint64_t seed) const;
   // After optimizer step `step` (1-based): is this a realignment step?

@@ -26,12 +26,13 @@ QuantRandomness quant_randomness(const LinearPolicy& policy, const QuantContext&
   r.sr = RngStream{ctx.seed, make_stream(layer_id, call, static_cast<uint32_t>(sr))};
   if (rht_n > 0) {
     if (policy.rht_fresh_signs)
-      r.signs = rht_signs_from_seed(RngStream{ctx.seed, make_stream(layer_id, call, static_cast<uint32_t>(rht))},
-                                    rht_n);
+      r.signs = rht_signs_from_seed(
+          RngStream{ctx.seed, make_stream(layer_id, call, static_cast<uint32_t>(rht))}, rht_n);
     else if (rht_n == 16)
       r.signs = rht_signs_nvidia16();
     else  // fixed signs of another size: one vector for the whole run, the same in every layer
-      r.signs = rht_signs_from_seed(RngStream{ctx.seed, make_stream(0, 0, static_cast<uint32_t>(rht))}, rht_n);
+      r.signs =
+          rht_signs_from_seed(RngStream{ctx.seed, make_stream(0, 0, static_cast<uint32_t>(rht))}, rht_n);
   }
   return r;
 }

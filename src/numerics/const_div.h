@@ -29,7 +29,9 @@ inline ConstDivisor make_const_divisor(float y) {
 // RN(x / d.y) for finite x == +0 or |x| >= kConstDivMinExact (-0 gives +0). Below that x * zl underflows
 // and the result can miss the true quotient's rounding among the subnormals (3 * 2^-149 / 6, a tie that
 // rounds to 0, gives 2^-149): const_div_or_ieee takes the IEEE division there.
-FP4_HD float const_div_rn(float x, const ConstDivisor& d) { return fma_rn(x, d.zh, mul_rn(x, d.zl)); }
+FP4_HD float const_div_rn(float x, const ConstDivisor& d) {
+  return fma_rn(x, d.zh, mul_rn(x, d.zl));
+}
 
 // RN(x / d.y) for every finite x (inf * zh + inf * zl would be NaN) and a positive divisor: the constant
 // division where it is exact, the IEEE one below (a branch taken only for dividends under 2^-90), and

@@ -45,7 +45,7 @@ FP4_HD uint8_t e2m1_grid_index(float r) {
 FP4_HD uint8_t e2m1_rtn_index(float a) {
   const float binade = bits_float(float_bits(a) & 0x7F800000u);  // 2^floor(log2 a); inf for inf/NaN
   const float magic = mul_rn(max_f(1.0f, binade), 6291456.0f);   // overflows to inf only for huge a
-  return e2m1_grid_index(add_rn(add_rn(a, magic), -magic));       // inf - inf = NaN saturates too
+  return e2m1_grid_index(add_rn(add_rn(a, magic), -magic));      // inf - inf = NaN saturates too
 }
 
 // e2m1_rtn_index(a) << 22 for 0 <= a < 7 (block128 quotients under a normal E4M3 scale stay below 6.4):
@@ -57,9 +57,13 @@ FP4_HD uint32_t e2m1_rtn_bits_below7(float a) {
   return float_bits(mul_rn(fma_rn(binade, -6291456.0f, t), kTwoPowMinus126));
 }
 
-FP4_HD uint8_t sign_bit_e2m1(float x) { return static_cast<uint8_t>((float_bits(x) >> 28) & 0x8u); }
+FP4_HD uint8_t sign_bit_e2m1(float x) {
+  return static_cast<uint8_t>((float_bits(x) >> 28) & 0x8u);
+}
 
-FP4_HD uint8_t e2m1_encode_rtn(float x) { return sign_bit_e2m1(x) | e2m1_rtn_index(abs_f(x)); }
+FP4_HD uint8_t e2m1_encode_rtn(float x) {
+  return sign_bit_e2m1(x) | e2m1_rtn_index(abs_f(x));
+}
 
 // Stochastic rounding of a >= 0: up to the next grid point with probability (a - lo) / gap. In the
 // 2^-126-scaled form of e2m1_grid_index, the bits above bit 22 index lo and the 22 bits below are
@@ -131,7 +135,7 @@ FP4_HD uint8_t ue8m0_ceil_log2(float r) {
   int e = static_cast<int>((b >> 23) & 0xFF);
   // Subnormal r = m * 2^-149 < 2^-126: 2^-126 if r > 2^-127 (m > 2^22), else clamp to 2^-127.
   if (e == 0) return (b & 0x7FFFFFu) > 0x400000u ? 1 : 0;
-  if ((b & 0x7FFFFFu) != 0) e += 1;       // not a power of two: round the exponent up
+  if ((b & 0x7FFFFFu) != 0) e += 1;  // not a power of two: round the exponent up
   return static_cast<uint8_t>(e > 254 ? 254 : e);
 }
 
@@ -143,8 +147,12 @@ FP4_HD uint16_t bf16_bits_rne(float x) {
   return static_cast<uint16_t>((u + rounding) >> 16);
 }
 
-FP4_HD float bf16_bits_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+FP4_HD float bf16_bits_to_float(uint16_t b) {
+  return bits_float(static_cast<uint32_t>(b) << 16);
+}
 
-FP4_HD float round_to_bf16(float x) { return bf16_bits_to_float(bf16_bits_rne(x)); }
+FP4_HD float round_to_bf16(float x) {
+  return bf16_bits_to_float(bf16_bits_rne(x));
+}
 
 }  // namespace fp4

@@ -62,10 +62,14 @@ inline Rht16SignWords rht16_sign_words(const RhtSigns& s, bool bf16) {
 // 1/sqrt(n) for n = 16, 32, 64, 128 (FP32, correctly rounded).
 FP4_HD float rht_norm(int n) {
   switch (n) {
-    case 16: return 0.25f;
-    case 32: return 0.17677669529663688f;
-    case 64: return 0.125f;
-    default: return 0.08838834764831845f;  // 128
+    case 16:
+      return 0.25f;
+    case 32:
+      return 0.17677669529663688f;
+    case 64:
+      return 0.125f;
+    default:
+      return 0.08838834764831845f;  // 128
   }
 }
 
@@ -74,7 +78,7 @@ FP4_HD float rht_norm(int n) {
 // functions of their operands).
 template <int N>
 FP4_HD void rht_segment(float* x, const RhtSigns& signs) {
-FP4_UNROLL
+  FP4_UNROLL
   for (int i = 0; i < N; ++i)
     if (signs.negative(i)) x[i] = -x[i];
   // Stage s pairs elements h = 2^s apart: pair k is (j, j + h), j = (k / h) 2h + k % h. Every loop has a
@@ -82,10 +86,10 @@ FP4_UNROLL
   // local memory (Q-AdamW's device kernels).
   constexpr int kStages = N == 16 ? 4 : N == 32 ? 5 : N == 64 ? 6 : 7;
   static_assert(N == 16 || N == 32 || N == 64 || N == 128, "RHT sizes are 16, 32, 64 and 128");
-FP4_UNROLL
+  FP4_UNROLL
   for (int stage = 0; stage < kStages; ++stage) {
     const int h = 1 << stage;
-FP4_UNROLL
+    FP4_UNROLL
     for (int k = 0; k < N / 2; ++k) {
       const int j = (k >> stage) * 2 * h + (k & (h - 1));
       const float a = x[j], b = x[j + h];
@@ -94,17 +98,25 @@ FP4_UNROLL
     }
   }
   const float norm = rht_norm(N);
-FP4_UNROLL
+  FP4_UNROLL
   for (int i = 0; i < N; ++i) x[i] = x[i] * norm;
 }
 
 // Run-time n dispatch for CPU code paths.
 inline void rht_segment_n(float* x, const RhtSigns& signs) {
   switch (signs.n) {
-    case 16: rht_segment<16>(x, signs); break;
-    case 32: rht_segment<32>(x, signs); break;
-    case 64: rht_segment<64>(x, signs); break;
-    default: rht_segment<128>(x, signs); break;
+    case 16:
+      rht_segment<16>(x, signs);
+      break;
+    case 32:
+      rht_segment<32>(x, signs);
+      break;
+    case 64:
+      rht_segment<64>(x, signs);
+      break;
+    default:
+      rht_segment<128>(x, signs);
+      break;
   }
 }
 

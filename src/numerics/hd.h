@@ -1,8 +1,8 @@
 // Helpers for code compiled by both g++ and nvcc: one numerics source of truth (DESIGN.md principle 1).
 #pragma once
 
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #if defined(__CUDACC__)
@@ -68,12 +68,22 @@ FP4_HD float fma_rn(float a, float b, float c) {
 #endif
 }
 
-FP4_HD float abs_f(float x) { return bits_float(float_bits(x) & 0x7FFFFFFFu); }
-FP4_HD bool is_finite_f(float x) { return (float_bits(x) & 0x7F800000u) != 0x7F800000u; }
-FP4_HD bool is_nan_f(float x) { return (float_bits(x) & 0x7FFFFFFFu) > 0x7F800000u; }
+FP4_HD float abs_f(float x) {
+  return bits_float(float_bits(x) & 0x7FFFFFFFu);
+}
+FP4_HD bool is_finite_f(float x) {
+  return (float_bits(x) & 0x7F800000u) != 0x7F800000u;
+}
+FP4_HD bool is_nan_f(float x) {
+  return (float_bits(x) & 0x7FFFFFFFu) > 0x7F800000u;
+}
 // max that ignores NaN in b (a is the running maximum, never NaN)
-FP4_HD float max_f(float a, float b) { return b > a ? b : a; }
-FP4_HD float min_f(float a, float b) { return b < a ? b : a; }
+FP4_HD float max_f(float a, float b) {
+  return b > a ? b : a;
+}
+FP4_HD float min_f(float a, float b) {
+  return b < a ? b : a;
+}
 // max of two non-NaN values: one FMNMX instruction on the GPU; equal to max_f whenever neither is NaN.
 FP4_HD float max_nonnan(float a, float b) {
 #if defined(__CUDA_ARCH__)

@@ -11,7 +11,7 @@
 
 namespace fp4 {
 
-inline constexpr float kNvfp4Target = 6.0f;                 // block maximum maps to the E2M1 maximum
+inline constexpr float kNvfp4Target = 6.0f;                   // block maximum maps to the E2M1 maximum
 inline constexpr float kNvfp4HeadroomTarget = 96.0f / 17.0f;  // sr_headroom (Quartet II): 6 * 16/17
 inline constexpr float kFourOverSixTensorBound = 256.0f;      // E4M3 bound of the tensor scale with 4/6
 
@@ -36,7 +36,9 @@ FP4_HD float nvfp4_encode_multiplier(uint8_t scale_code, float s_dec) {
   return min_f(1.0f / (e4m3_decode(scale_code) * s_dec), kFloatMax);
 }
 
-FP4_HD float clamp6(float v) { return max_f(-kE2m1Max, min_f(v, kE2m1Max)); }
+FP4_HD float clamp6(float v) {
+  return max_f(-kE2m1Max, min_f(v, kE2m1Max));
+}
 
 // Standard scale of a block (or 16x16 tile) with amax16: E4M3_RNE(min(amax16 * (S_enc * (1/target)), 448)).
 FP4_HD uint8_t nvfp4_scale_tensor(float amax16, const TensorScale& ts, float target) {
@@ -52,11 +54,11 @@ FP4_HD uint8_t nvfp4_scale_tensor_4o6(const float* v, float amax16, float amax, 
   const uint8_t s6 = e4m3_encode(min_f(base, kE4m3Max));
   float err[2] = {0.0f, 0.0f};
   const uint8_t cand[2] = {s4, s6};
-FP4_UNROLL
+  FP4_UNROLL
   for (int c = 0; c < 2; ++c) {
     const float s = e4m3_decode(cand[c]);
     const float e = nvfp4_encode_multiplier(cand[c], ts.s_dec);
-FP4_UNROLL
+    FP4_UNROLL
     for (int i = 0; i < 16; ++i) {
       const float q = e2m1_decode(e2m1_encode_rtn(clamp6(v[i] * e)));
       const float d = add_rn(mul_rn(mul_rn(q, s), amax) / 1536.0f, -v[i]);
@@ -104,15 +106,18 @@ struct Block128Divisors {
 
 inline Block128Divisors make_block128_divisors(bool four_over_six, float target) {
   return Block128Divisors{make_const_divisor(four_over_six ? kFourOverSixTensorBound : kE4m3Max),
-                          make_const_divisor(four_over_six ? kNvfp4Target : target), make_const_divisor(target)};
+                          make_const_divisor(four_over_six ? kNvfp4Target : target),
+                          make_const_divisor(target)};
 }
 
 inline constexpr float kOuterConstDivMin = 8.271806125530277e-25f;  // 2^-80: amax128 / bound stays >= 2^-90
 
 // nvfp4_block128_outer(amax128, four_over_six, target) for a finite amax128 >= 0; one below 2^-80 (but not
 // 0) takes that function itself, whose first quotient would leave const_div_rn's exact range.
-FP4_HD float nvfp4_block128_outer_cd(float amax128, const Block128Divisors& d, bool four_over_six, float target) {
-  if (!(amax128 >= kOuterConstDivMin || amax128 == 0.0f)) return nvfp4_block128_outer(amax128, four_over_six, target);
+FP4_HD float nvfp4_block128_outer_cd(float amax128, const Block128Divisors& d, bool four_over_six,
+                                     float target) {
+  if (!(amax128 >= kOuterConstDivMin || amax128 == 0.0f))
+    return nvfp4_block128_outer(amax128, four_over_six, target);
   const float s = const_div_rn(const_div_rn(amax128, d.bound), d.outer_target);
   return s == 0.0f ? 1.0f : s;
 }
@@ -161,7 +166,9 @@ struct Block128Recip {
   float p = 1.0f, r = 1.0f;
 };
 
-FP4_HD bool block128_direct_ok(float p) { return p >= 5.421010862427522e-20f && p <= 1.8446744073709552e+19f; }
+FP4_HD bool block128_direct_ok(float p) {
+  return p >= 5.421010862427522e-20f && p <= 1.8446744073709552e+19f;
+}
 
 FP4_HD Block128Recip block128_recip(float p) {
 #if defined(__CUDA_ARCH__)
@@ -179,7 +186,8 @@ FP4_HD float block128_quotient_direct(float a, const Block128Recip& d) {
 
 // Element code with block128 scales: E2M1(|x| / p) with p = s_in * s_out (the IEEE quotient; p == 0 -> 0),
 // d = block128_divisor(p).
-FP4_HD uint8_t nvfp4_encode_block128(float x, float p, const Block128Divisor& d, bool stochastic, uint32_t random) {
+FP4_HD uint8_t nvfp4_encode_block128(float x, float p, const Block128Divisor& d, bool stochastic,
+                                     uint32_t random) {
   const uint8_t sign = sign_bit_e2m1(x);
   if (p == 0.0f) return sign;
   const float a = block128_quotient(abs_f(x), d);
@@ -194,11 +202,11 @@ FP4_HD uint8_t nvfp4_scale_block128_4o6(const float* v, float amax16, float s_ou
   const uint8_t s6 = e4m3_encode(min_f(base, kE4m3Max));
   float err[2] = {0.0f, 0.0f};
   const uint8_t cand[2] = {s4, s6};
-FP4_UNROLL
+  FP4_UNROLL
   for (int c = 0; c < 2; ++c) {
     const float p = e4m3_decode(cand[c]) * s_out;
     const Block128Divisor d = block128_divisor(p);
-FP4_UNROLL
+    FP4_UNROLL
     for (int i = 0; i < 16; ++i) {
       const float q = e2m1_decode(nvfp4_encode_block128(v[i], p, d, false, 0));
       const float d = add_rn(mul_rn(q, p), -v[i]);
@@ -217,7 +225,7 @@ FP4_HD float nvfp4_decode_block128(uint8_t code, uint8_t scale_code, float s_out
 // costs one max and one multiply-add per element: v * 0 is 0 for finite v and NaN for NaN or inf.
 FP4_HD float amax_finite16(const float* v, bool& nonfinite) {
   float m = 0.0f, probe = 0.0f;
-FP4_UNROLL
+  FP4_UNROLL
   for (int i = 0; i < 16; ++i) {
     m = max_nonnan(m, abs_f(v[i]));
 #if defined(__CUDA_ARCH__)
@@ -229,12 +237,14 @@ FP4_UNROLL
   if (probe == probe) return m;
   nonfinite = true;
   m = 0.0f;
-FP4_UNROLL
+  FP4_UNROLL
   for (int i = 0; i < 16; ++i)
     if (is_finite_f(v[i])) m = max_f(m, abs_f(v[i]));
   return m;
 }
 
-FP4_HD uint8_t pack_e2m1(uint8_t even, uint8_t odd) { return static_cast<uint8_t>((even & 0xF) | (odd << 4)); }
+FP4_HD uint8_t pack_e2m1(uint8_t even, uint8_t odd) {
+  return static_cast<uint8_t>((even & 0xF) | (odd << 4));
+}
 
 }  // namespace fp4

@@ -86,7 +86,7 @@ FP4_HD PhiloxStream32 philox_stream32(RngStream s) {
 FP4_HD Philox4 philox_block32(const PhiloxStream32& p, uint32_t block) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   uint32_t hi0, lo0, hi1, lo1;
-  philox_mulhilo(kM0, block, hi0, lo0);  // round 1 (M1 * word 2 is the stream's)
+  philox_mulhilo(kM0, block, hi0, lo0);          // round 1 (M1 * word 2 is the stream's)
   philox_mulhilo(kM1, hi0 ^ p.r1_x2, hi1, lo1);  // round 2 (M0 * word 0 is the stream's)
   Philox4 c{{hi1 ^ p.r2_x0, lo1, lo0 ^ p.r2_x2, p.r2_w3}};
   for (int round = 2; round < 10; ++round) {
@@ -98,7 +98,9 @@ FP4_HD Philox4 philox_block32(const PhiloxStream32& p, uint32_t block) {
 }
 
 // The random word of element `index` of a stream.
-FP4_HD uint32_t philox_word(RngStream s, uint64_t index) { return philox_block(s, index >> 2).v[index & 3]; }
+FP4_HD uint32_t philox_word(RngStream s, uint64_t index) {
+  return philox_block(s, index >> 2).v[index & 3];
+}
 
 // Uniform float in [0, 1) with 24 random bits.
 FP4_HD float philox_uniform(RngStream s, uint64_t index) {
@@ -107,8 +109,8 @@ FP4_HD float philox_uniform(RngStream s, uint64_t index) {
 
 // Derives the stream id of a (tensor id, step, purpose) triple so that callers need not invent ids.
 FP4_HD uint64_t make_stream(uint32_t tensor_id, uint32_t step, uint32_t purpose) {
-  return (static_cast<uint64_t>(purpose & 0xFFu) << 56) | (static_cast<uint64_t>(tensor_id & 0xFFFFFFu) << 32) |
-         step;
+  return (static_cast<uint64_t>(purpose & 0xFFu) << 56) |
+         (static_cast<uint64_t>(tensor_id & 0xFFFFFFu) << 32) | step;
 }
 
 }  // namespace fp4

@@ -16,7 +16,8 @@ std::string name_of(E v, const std::array<std::pair<E, const char*>, N>& table) 
 }
 
 template <typename E, size_t N>
-E parse_of(const std::string& s, const std::string& field, const std::array<std::pair<E, const char*>, N>& table) {
+E parse_of(const std::string& s, const std::string& field,
+           const std::array<std::pair<E, const char*>, N>& table) {
   std::string known;
   for (const auto& [e, n] : table) {
     if (s == n) return e;
@@ -25,34 +26,61 @@ E parse_of(const std::string& s, const std::string& field, const std::array<std:
   FP4_THROW(field, ": unknown value '", s, "' (expected one of: ", known, ")");
 }
 
-constexpr std::array<std::pair<QuantFormat, const char*>, 4> kFormats{
-    {{QuantFormat::kNone, "bf16"}, {QuantFormat::kNone, "none"}, {QuantFormat::kNvfp4, "nvfp4"},
-     {QuantFormat::kMxfp8, "mxfp8"}}};
+constexpr std::array<std::pair<QuantFormat, const char*>, 4> kFormats{{{QuantFormat::kNone, "bf16"},
+                                                                       {QuantFormat::kNone, "none"},
+                                                                       {QuantFormat::kNvfp4, "nvfp4"},
+                                                                       {QuantFormat::kMxfp8, "mxfp8"}}};
 constexpr std::array<std::pair<BlockShape, const char*>, 2> kBlocks{
     {{BlockShape::k1x16, "1x16"}, {BlockShape::k16x16, "16x16"}}};
 constexpr std::array<std::pair<OuterScale, const char*>, 2> kOuters{
     {{OuterScale::kTensor, "tensor"}, {OuterScale::kBlock128, "block128"}}};
-constexpr std::array<std::pair<Rounding, const char*>, 2> kRoundings{{{Rounding::kRtn, "rtn"}, {Rounding::kSr, "sr"}}};
+constexpr std::array<std::pair<Rounding, const char*>, 2> kRoundings{
+    {{Rounding::kRtn, "rtn"}, {Rounding::kSr, "sr"}}};
 constexpr std::array<std::pair<FourOverSix, const char*>, 2> kFos{
     {{FourOverSix::kOff, "off"}, {FourOverSix::kMse, "mse"}}};
-constexpr std::array<std::pair<QuantSource, const char*>, 3> kSources{
-    {{QuantSource::kOriginal, "original"}, {QuantSource::kAligned, "aligned"}, {QuantSource::kReuse, "reuse"}}};
+constexpr std::array<std::pair<QuantSource, const char*>, 3> kSources{{{QuantSource::kOriginal, "original"},
+                                                                       {QuantSource::kAligned, "aligned"},
+                                                                       {QuantSource::kReuse, "reuse"}}};
 
 }  // namespace
 
-std::string to_string(QuantFormat v) { return name_of(v, kFormats); }
-std::string to_string(BlockShape v) { return name_of(v, kBlocks); }
-std::string to_string(OuterScale v) { return name_of(v, kOuters); }
-std::string to_string(Rounding v) { return name_of(v, kRoundings); }
-std::string to_string(FourOverSix v) { return name_of(v, kFos); }
-std::string to_string(QuantSource v) { return name_of(v, kSources); }
+std::string to_string(QuantFormat v) {
+  return name_of(v, kFormats);
+}
+std::string to_string(BlockShape v) {
+  return name_of(v, kBlocks);
+}
+std::string to_string(OuterScale v) {
+  return name_of(v, kOuters);
+}
+std::string to_string(Rounding v) {
+  return name_of(v, kRoundings);
+}
+std::string to_string(FourOverSix v) {
+  return name_of(v, kFos);
+}
+std::string to_string(QuantSource v) {
+  return name_of(v, kSources);
+}
 
-QuantFormat parse_quant_format(const std::string& s, const std::string& f) { return parse_of(s, f, kFormats); }
-BlockShape parse_block_shape(const std::string& s, const std::string& f) { return parse_of(s, f, kBlocks); }
-OuterScale parse_outer_scale(const std::string& s, const std::string& f) { return parse_of(s, f, kOuters); }
-Rounding parse_rounding(const std::string& s, const std::string& f) { return parse_of(s, f, kRoundings); }
-FourOverSix parse_four_over_six(const std::string& s, const std::string& f) { return parse_of(s, f, kFos); }
-QuantSource parse_quant_source(const std::string& s, const std::string& f) { return parse_of(s, f, kSources); }
+QuantFormat parse_quant_format(const std::string& s, const std::string& f) {
+  return parse_of(s, f, kFormats);
+}
+BlockShape parse_block_shape(const std::string& s, const std::string& f) {
+  return parse_of(s, f, kBlocks);
+}
+OuterScale parse_outer_scale(const std::string& s, const std::string& f) {
+  return parse_of(s, f, kOuters);
+}
+Rounding parse_rounding(const std::string& s, const std::string& f) {
+  return parse_of(s, f, kRoundings);
+}
+FourOverSix parse_four_over_six(const std::string& s, const std::string& f) {
+  return parse_of(s, f, kFos);
+}
+QuantSource parse_quant_source(const std::string& s, const std::string& f) {
+  return parse_of(s, f, kSources);
+}
 
 std::string describe(const QuantSpec& s) {
   if (s.format == QuantFormat::kNone) return "bf16";

@@ -14,8 +14,8 @@ namespace fp4 {
 
 // The random inputs of one quantizer call: SR bits and RHT signs (both from the counter-based RNG).
 struct QuantRandomness {
-  RngStream sr;      // element (r, c) of the (transformed) operand draws word r * cols + c
-  RhtSigns signs;    // used when spec.rht_n > 0; signs.n must equal spec.rht_n
+  RngStream sr;    // element (r, c) of the (transformed) operand draws word r * cols + c
+  RhtSigns signs;  // used when spec.rht_n > 0; signs.n must equal spec.rht_n
 };
 
 // An NVFP4 operand: rows x cols, quantized along cols (the GEMM reduction dimension).
@@ -23,11 +23,11 @@ struct Nvfp4Tensor {
   int64_t rows = 0, cols = 0;
   BlockShape block = BlockShape::k1x16;
   OuterScale outer = OuterScale::kTensor;
-  std::vector<uint8_t> codes;         // rows * cols / 2; low nibble = even (first) element
-  std::vector<uint8_t> scales;        // rows * cols / 16 E4M3 (16x16: each tile's scale on its 16 rows)
-  std::vector<float> outer_scales;    // tensor: {S_dec}; block128: rows * cols / 128 s_out values
-  float amax = 0.0f;                  // tensor mode: the amax the scales came from
-  uint64_t nonfinite = 0;             // NaN/Inf inputs seen; their blocks carry the E4M3 NaN scale
+  std::vector<uint8_t> codes;       // rows * cols / 2; low nibble = even (first) element
+  std::vector<uint8_t> scales;      // rows * cols / 16 E4M3 (16x16: each tile's scale on its 16 rows)
+  std::vector<float> outer_scales;  // tensor: {S_dec}; block128: rows * cols / 128 s_out values
+  float amax = 0.0f;                // tensor mode: the amax the scales came from
+  uint64_t nonfinite = 0;           // NaN/Inf inputs seen; their blocks carry the E4M3 NaN scale
 
   uint8_t code(int64_t r, int64_t c) const {
     const uint8_t b = codes[(r * cols + c) >> 1];

@@ -12,15 +12,17 @@
 namespace fp4 {
 namespace {
 
-float target_of(const QuantSpec& s) { return s.sr_headroom ? kNvfp4HeadroomTarget : kNvfp4Target; }
+float target_of(const QuantSpec& s) {
+  return s.sr_headroom ? kNvfp4HeadroomTarget : kNvfp4Target;
+}
 
 // x with the RHT applied to each rht_n segment of every row (a copy; x itself when no RHT).
 std::vector<float> transformed(const float* x, int64_t rows, int64_t cols, const QuantSpec& spec,
                                const QuantRandomness& rnd) {
   std::vector<float> t(x, x + rows * cols);
   if (spec.rht_n > 0) {
-    FP4_CHECK(rnd.signs.n == spec.rht_n, "quantizer: RHT signs have n=", rnd.signs.n, " but spec.rht_n=",
-              spec.rht_n);
+    FP4_CHECK(rnd.signs.n == spec.rht_n, "quantizer: RHT signs have n=", rnd.signs.n,
+              " but spec.rht_n=", spec.rht_n);
     for (int64_t i = 0; i < rows * cols; i += spec.rht_n) rht_segment_n(&t[i], rnd.signs);
   }
   return t;
@@ -57,7 +59,8 @@ void quantize_tensor_outer(const std::vector<float>& v, const QuantSpec& spec, c
       for (int64_t b = 0; b < nblk; ++b) {
         bool bad = false;
         float amax16 = 0.0f;
-        for (int64_t r = r0; r < r0 + 16; ++r) amax16 = max_f(amax16, amax_finite16(&v[r * cols + b * 16], bad));
+        for (int64_t r = r0; r < r0 + 16; ++r)
+          amax16 = max_f(amax16, amax_finite16(&v[r * cols + b * 16], bad));
         const uint8_t s = bad ? kE4m3Nan : nvfp4_scale_tensor(amax16, ts, target_of(spec));
         for (int64_t r = r0; r < r0 + 16; ++r) q.scales[r * nblk + b] = s;
       }
@@ -67,7 +70,8 @@ void quantize_tensor_outer(const std::vector<float>& v, const QuantSpec& spec, c
         const float* blk = &v[r * cols + b * 16];
         bool bad = false;
         const float amax16 = amax_finite16(blk, bad);
-        uint8_t s = fos ? nvfp4_scale_tensor_4o6(blk, amax16, q.amax, ts) : nvfp4_scale_tensor(amax16, ts, target_of(spec));
+        uint8_t s = fos ? nvfp4_scale_tensor_4o6(blk, amax16, q.amax, ts)
+                        : nvfp4_scale_tensor(amax16, ts, target_of(spec));
         q.scales[r * nblk + b] = bad ? kE4m3Nan : s;
       }
   }
@@ -92,14 +96,16 @@ void quantize_block128_outer(const std::vector<float>& v, const QuantSpec& spec,
     for (int64_t o = 0; o < nout; ++o) {
       float amax128 = 0.0f;
       bool unused = false;
-      for (int64_t b = 0; b < 8; ++b) amax128 = max_f(amax128, amax_finite16(&v[r * cols + o * 128 + b * 16], unused));
+      for (int64_t b = 0; b < 8; ++b)
+        amax128 = max_f(amax128, amax_finite16(&v[r * cols + o * 128 + b * 16], unused));
       const float s_out = nvfp4_block128_outer(amax128, fos, target);
       q.outer_scales[r * nout + o] = s_out;
       for (int64_t b = o * 8; b < o * 8 + 8; ++b) {
         const float* blk = &v[r * cols + b * 16];
         bool bad = false;
         const float amax16 = amax_finite16(blk, bad);
-        uint8_t s = fos ? nvfp4_scale_block128_4o6(blk, amax16, s_out) : nvfp4_scale_block128(amax16, s_out, target);
+        uint8_t s =
+            fos ? nvfp4_scale_block128_4o6(blk, amax16, s_out) : nvfp4_scale_block128(amax16, s_out, target);
         if (bad) s = kE4m3Nan;
         q.scales[r * nblk + b] = s;
         const float p = e4m3_decode(s) * s_out;
@@ -119,12 +125,13 @@ void check_nvfp4_shape(int64_t rows, int64_t cols, const QuantSpec& spec, const 
   FP4_CHECK(cols % 16 == 0, what, ": NVFP4 needs the reduction dimension to be a multiple of 16, got [", rows,
             " x ", cols, "]");
   FP4_CHECK(spec.outer != OuterScale::kBlock128 || cols % 128 == 0, what,
-            ": block128 outer scales need the reduction dimension to be a multiple of 128, got [", rows, " x ",
-            cols, "]");
+            ": block128 outer scales need the reduction dimension to be a multiple of 128, got [", rows,
+            " x ", cols, "]");
   FP4_CHECK(spec.block != BlockShape::k16x16 || rows % 16 == 0, what,
             ": 16x16 blocks need the row count to be a multiple of 16, got [", rows, " x ", cols, "]");
   FP4_CHECK(spec.rht_n == 0 || cols % spec.rht_n == 0, what, ": RHT", spec.rht_n,
-            " needs the reduction dimension to be a multiple of ", spec.rht_n, ", got [", rows, " x ", cols, "]");
+            " needs the reduction dimension to be a multiple of ", spec.rht_n, ", got [", rows, " x ", cols,
+            "]");
 }
 
 Nvfp4Tensor quantize_nvfp4(const float* x, int64_t rows, int64_t cols, const QuantSpec& spec,
@@ -179,8 +186,9 @@ float amax_nvfp4_input(const float* x, int64_t rows, int64_t cols, const QuantSp
 DualQuant quantize_dual(const float* x, int64_t rows, int64_t cols, const QuantSpec& spec_rows,
                         const QuantRandomness& rnd_rows, const QuantSpec& spec_cols,
                         const QuantRandomness& rnd_cols) {
-  FP4_CHECK(spec_cols.source != QuantSource::kReuse,
-            "quantize_dual: source = reuse needs no second quantization (use the row-wise operand transposed)");
+  FP4_CHECK(
+      spec_cols.source != QuantSource::kReuse,
+      "quantize_dual: source = reuse needs no second quantization (use the row-wise operand transposed)");
   DualQuant d;
   d.rows = quantize_nvfp4(x, rows, cols, spec_rows, rnd_rows);
   std::vector<float> src(rows * cols);
@@ -197,8 +205,8 @@ DualQuant quantize_dual(const float* x, int64_t rows, int64_t cols, const QuantS
 
 Mxfp8Tensor quantize_mxfp8(const float* x, int64_t rows, int64_t cols) {
   FP4_CHECK(rows > 0 && cols > 0 && cols % kMxfp8Block == 0,
-            "quantize_mxfp8: the reduction dimension must be a positive multiple of 32, got [", rows, " x ", cols,
-            "]");
+            "quantize_mxfp8: the reduction dimension must be a positive multiple of 32, got [", rows, " x ",
+            cols, "]");
   Mxfp8Tensor q;
   q.rows = rows;
   q.cols = cols;
@@ -209,8 +217,10 @@ Mxfp8Tensor quantize_mxfp8(const float* x, int64_t rows, int64_t cols) {
     float amax = 0.0f;
     bool bad = false;
     for (int i = 0; i < kMxfp8Block; ++i) {
-      if (is_finite_f(blk[i])) amax = max_f(amax, abs_f(blk[i]));
-      else bad = true, ++q.nonfinite;
+      if (is_finite_f(blk[i]))
+        amax = max_f(amax, abs_f(blk[i]));
+      else
+        bad = true, ++q.nonfinite;
     }
     const uint8_t s = bad ? uint8_t{0xFF} : mxfp8_scale_code(amax);
     q.scales[b] = s;
@@ -237,7 +247,8 @@ std::vector<uint8_t> to_cublaslt_scale_layout(const uint8_t* scales, int64_t row
   const int64_t prow = (rows + 127) / 128 * 128, pcol = (scale_cols + 3) / 4 * 4;
   std::vector<uint8_t> out(prow * pcol, 0);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < scale_cols; ++c) out[cublaslt_scale_offset(r, c, scale_cols)] = scales[r * scale_cols + c];
+    for (int64_t c = 0; c < scale_cols; ++c)
+      out[cublaslt_scale_offset(r, c, scale_cols)] = scales[r * scale_cols + c];
   return out;
 }
 

@@ -62,7 +62,8 @@ void AdamWOptimizer::reset_moments(const std::vector<IndexRange>& ranges) {
 
 // Whatever world size wrote the state, this rank keeps the moments of its shard.
 void AdamWOptimizer::load_state(const StateIndex& index, const ParameterSet& ps) {
-  FP4_CHECK(index.has(kAdamStepName) || !index.has("qadamw.step"), "load_state: the state holds Q-AdamW moments ",
+  FP4_CHECK(index.has(kAdamStepName) || !index.has("qadamw.step"),
+            "load_state: the state holds Q-AdamW moments ",
             "('qadamw.step'), but this run's optimizer is adamw (recipe field 'optimizer'); resume with the ",
             "optimizer that wrote it");
   std::vector<ParameterInfo> infos;

@@ -11,7 +11,9 @@
 namespace fp4 {
 namespace {
 
-int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
+int64_t round_up16(int64_t n) {
+  return (n + 15) / 16 * 16;
+}
 
 // src [rows x cols] -> dst [cols x rows].
 void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
@@ -44,7 +46,8 @@ void iterate(std::vector<float>& x, int64_t r, int64_t c, const NsOptions& opt) 
     for (int64_t i = 0; i < r; ++i)
       for (int64_t j = i + 1; j < r; ++j) a[j * r + i] = a[i * r + j];
     // A^2 = A A: A in 16x16 tiles serves as both operands.
-    const std::vector<float> aq = q ? fake_quant(a, r, r, BlockShape::k16x16, opt, op + 1) : std::vector<float>{};
+    const std::vector<float> aq =
+        q ? fake_quant(a, r, r, BlockShape::k16x16, opt, op + 1) : std::vector<float>{};
     const float* aa = q ? aq.data() : a.data();
     cpu::gemm(false, false, ri, ri, ri, 1.0f, aa, ri, aa, ri, 0.0f, a2.data(), ri);
     for (int64_t i = 0; i < r * r; ++i) poly[i] = opt.coef.b * a[i] + opt.coef.c * a2[i];
@@ -114,7 +117,8 @@ void newton_schulz(const float* b, int64_t rows, int64_t cols, const NsOptions& 
     for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = tall ? x[j * cp + i] : x[i * cp + j];
 }
 
-std::vector<float> newton_schulz(const std::vector<float>& b, int64_t rows, int64_t cols, const NsOptions& opt) {
+std::vector<float> newton_schulz(const std::vector<float>& b, int64_t rows, int64_t cols,
+                                 const NsOptions& opt) {
   FP4_CHECK(static_cast<int64_t>(b.size()) == rows * cols, "newton_schulz: buffer holds ", b.size(),
             " values, shape [", rows, " x ", cols, "] needs ", rows * cols);
   std::vector<float> out(b.size());

@@ -58,6 +58,7 @@ QuantRandomness ns_operand_randomness(const NsOptions& opt, uint64_t operand);
 // out[rows x cols] = NS(b) (row-major; out may equal b). Throws fp4::Error on empty shapes, steps outside
 // [0, 16] or non-finite input.
 void newton_schulz(const float* b, int64_t rows, int64_t cols, const NsOptions& opt, float* out);
-std::vector<float> newton_schulz(const std::vector<float>& b, int64_t rows, int64_t cols, const NsOptions& opt);
+std::vector<float> newton_schulz(const std::vector<float>& b, int64_t rows, int64_t cols,
+                                 const NsOptions& opt);
 
 }  // namespace fp4

@@ -234,7 +234,8 @@ std::vector<double> gaussian_singular_values(int64_t rows, int64_t cols, uint64_
   for (int64_t i = 0; i < n; ++i) diag[i] = d[i] * d[i] + e[i] * e[i];
   for (int64_t i = 0; i + 1 < n; ++i) off2[i] = e[i] * d[i + 1] * e[i] * d[i + 1];
   for (int64_t i = 0; i < n; ++i)  // Gershgorin bound
-    hi = std::max(hi, diag[i] + (i > 0 ? std::sqrt(off2[i - 1]) : 0.0) + (i + 1 < n ? std::sqrt(off2[i]) : 0.0));
+    hi = std::max(hi,
+                  diag[i] + (i > 0 ? std::sqrt(off2[i - 1]) : 0.0) + (i + 1 < n ? std::sqrt(off2[i]) : 0.0));
   std::vector<double> sigma(n);
   for (int64_t k = 0; k < n; ++k) {  // k-th smallest eigenvalue
     double lo = 0.0, up = hi;
@@ -250,10 +251,11 @@ std::vector<double> gaussian_singular_values(int64_t rows, int64_t cols, uint64_
 NsFitResult fit_ns_coefficients(int64_t rows, int64_t cols, int samples, uint64_t seed, bool quantized,
                                 const NsFitSettings& settings) {
   FP4_CHECK(settings.max_evals >= 4, "fit_ns_coefficients: max_evals must be >= 4, got ", settings.max_evals);
-  FP4_CHECK(rows > 0 && cols > 0 && samples > 0, "fit_ns_coefficients: need a positive shape and samples, got [",
-            rows, " x ", cols, "] x ", samples);
-  FP4_CHECK(settings.steps >= 1 && settings.steps <= 16, "fit_ns_coefficients: steps must be in [1, 16], got ",
-            settings.steps);
+  FP4_CHECK(rows > 0 && cols > 0 && samples > 0,
+            "fit_ns_coefficients: need a positive shape and samples, got [", rows, " x ", cols, "] x ",
+            samples);
+  FP4_CHECK(settings.steps >= 1 && settings.steps <= 16,
+            "fit_ns_coefficients: steps must be in [1, 16], got ", settings.steps);
   const NsSampleSet set = make_ns_samples(rows, cols, samples, seed);
   NsOptions opt;
   opt.steps = settings.steps;
@@ -262,10 +264,10 @@ NsFitResult fit_ns_coefficients(int64_t rows, int64_t cols, int samples, uint64_
   opt.sr = RngStream{seed, 1u << 20};
   using Point = std::array<double, 3>;
   int evals = 0;
-  // Quantized (Q-Root, RECIPES.md 8.3 corrected): minimize e_q = ||NS_fp4(X) - NS_fp32(X)||_F / ||NS_fp32(X)||_F
-  // (mean over the samples, same coefficients in both maps, RTN operands unless settings say SR, whose
-  // stream is fixed by `seed` so the objective is deterministic). Constraint by rejection: a point whose
-  // FP32 polar error exceeds the start point's scores +inf, so the FP32 map stays as orthogonalizing.
+  // Quantized (Q-Root, RECIPES.md 8.3 corrected): minimize e_q = ||NS_fp4(X) - NS_fp32(X)||_F /
+  // ||NS_fp32(X)||_F (mean over the samples, same coefficients in both maps, RTN operands unless settings say
+  // SR, whose stream is fixed by `seed` so the objective is deterministic). Constraint by rejection: a point
+  // whose FP32 polar error exceeds the start point's scores +inf, so the FP32 map stays as orthogonalizing.
   NsOptions fp32 = opt;
   fp32.precision = NsPrecision::kFp32;
   std::vector<std::vector<float>> ref(set.inputs.size());

@@ -3,8 +3,8 @@
 // computed in FP64 (Jacobi eigendecomposition of the small Gram matrix: polar = (X X^T)^(-1/2) X).
 // Sample matrices are i.i.d. standard normal, drawn from the counter-based RNG.
 // In exact arithmetic NS acts on each singular value by the scalar map s -> a s + b s^3 + c s^5 (applied
-// `steps` times after s /= sqrt(sum s^2), i.e. X / ||X||_F), so for FP32 the error follows from the spectrum alone; the scalar
-// functions below use that to check large shapes (2048 x 8192) without forming the matrix.
+// `steps` times after s /= sqrt(sum s^2), i.e. X / ||X||_F), so for FP32 the error follows from the spectrum
+// alone; the scalar functions below use that to check large shapes (2048 x 8192) without forming the matrix.
 #pragma once
 
 #include <cstdint>
@@ -50,8 +50,8 @@ struct NsFitSettings {
   // search started there lands on the edge of stability (held-out errors 0.29-0.53 in our runs).
   std::optional<NsCoefficients> start;
   int steps = kNsDefaultSteps;
-  int max_evals = 160;          // objective evaluations of the Nelder-Mead search
-  double initial_step = 0.08;   // the first simplex moves each coefficient by this fraction
+  int max_evals = 160;                 // objective evaluations of the Nelder-Mead search
+  double initial_step = 0.08;          // the first simplex moves each coefficient by this fraction
   Rounding rounding = Rounding::kRtn;  // of the NVFP4 operands when quantized
 };
 

@@ -15,7 +15,7 @@
 #include "core/state_tensor.h"
 #include "core/step_types.h"
 #include "nn/parameters.h"
-#include "optim/adamw_state.h"  // the AdamW layout every optimizer's state builds on
+#include "optim/adamw_state.h"       // the AdamW layout every optimizer's state builds on
 #include "recipe/optimizer_names.h"  // is_known_optimizer, known_optimizers: the names make_optimizer takes
 
 namespace fp4 {

@@ -78,9 +78,9 @@ class OsciBackend {
   virtual void clear() = 0;  // no window open: the state is released
 };
 
-// An engine that can run OsciReset's per-element work itself (the CUDA engine, which gives it to its OsciReset
-// step feature; tests reach it by dynamic_cast<OsciBackendSource*>(engine)). Returns nullptr where it cannot
-// (the caller keeps the host form).
+// An engine that can run OsciReset's per-element work itself (the CUDA engine, which gives it to its
+// OsciReset step feature; tests reach it by dynamic_cast<OsciBackendSource*>(engine)). Returns nullptr where
+// it cannot (the caller keeps the host form).
 class OsciBackendSource {
  public:
   virtual ~OsciBackendSource() = default;

@@ -31,7 +31,8 @@ QuantizedMoment zeros(int64_t n, bool second) {
 float q_adamw_ratio_bound(double b1, double b2, int64_t t) {
   if (b2 <= 0.0) return std::numeric_limits<float>::infinity();  // v = g^2 alone bounds nothing
   const double rho = b1 * b1 / b2;
-  const double sum = std::abs(rho - 1.0) < 1e-12 ? static_cast<double>(t) : (1.0 - std::pow(rho, t)) / (1.0 - rho);
+  const double sum =
+      std::abs(rho - 1.0) < 1e-12 ? static_cast<double>(t) : (1.0 - std::pow(rho, t)) / (1.0 - rho);
   const double bc2 = 1.0 - std::pow(b2, t);
   const double b = 1.001 * std::sqrt(bc2) * (1.0 - b1) / std::sqrt(1.0 - b2) * std::sqrt(sum);
   return std::isfinite(b) && b < 3e38 ? static_cast<float>(b) : std::numeric_limits<float>::infinity();
@@ -57,8 +58,8 @@ QAdamW::QAdamW(const ParameterSet& params, const OptimizerPlacement& place, uint
 }
 
 void QAdamW::step(ParameterSet& params, const StepHyper& h) {
-  FP4_CHECK(shard_.end <= params.numel(), "q-adamw: state for elements up to ", shard_.end, ", parameters hold ",
-            params.numel());
+  FP4_CHECK(shard_.end <= params.numel(), "q-adamw: state for elements up to ", shard_.end,
+            ", parameters hold ", params.numel());
   check_adamw_hyper(h);
   ++step_;
   cpu::AdamWArgs args = adamw_args(h, step_);
@@ -91,7 +92,8 @@ void QAdamW::step(ParameterSet& params, const StepHyper& h) {
     amax[slot] = mix_first_moment(m).amax();
     amax[slot + 1] = mix_second_moment(v).amax();
   }
-  if (place_.comm) place_.comm->all_reduce_sum(amax.data(), static_cast<int64_t>(amax.size()), CommType::kF64);
+  if (place_.comm)
+    place_.comm->all_reduce_sum(amax.data(), static_cast<int64_t>(amax.size()), CommType::kF64);
 
   // Pass 2: the same update on the master weights, re-encoded with the tensor amax (SR on every write).
   for (Piece& pc : pieces_) {
@@ -99,10 +101,13 @@ void QAdamW::step(ParameterSet& params, const StepHyper& h) {
     float a[2] = {0.0f, 0.0f};
     for (int r = 0; r < world; ++r)
       for (int k = 0; k < 2; ++k)
-        a[k] = std::max(a[k], static_cast<float>(amax[(static_cast<size_t>(r) * tensors + pc.param) * 2 + k]));
+        a[k] =
+            std::max(a[k], static_cast<float>(amax[(static_cast<size_t>(r) * tensors + pc.param) * 2 + k]));
     const int64_t tile = pc.begin / kQAdamTile;
-    pc.m = quantize_tiles(mix_first_moment(m), a[0], q_adamw_sr_key(seed_, step_, pc.param, 0), tile, "first moment");
-    pc.v = quantize_tiles(mix_second_moment(v), a[1], q_adamw_sr_key(seed_, step_, pc.param, 1), tile, "second moment");
+    pc.m = quantize_tiles(mix_first_moment(m), a[0], q_adamw_sr_key(seed_, step_, pc.param, 0), tile,
+                          "first moment");
+    pc.v = quantize_tiles(mix_second_moment(v), a[1], q_adamw_sr_key(seed_, step_, pc.param, 1), tile,
+                          "second moment");
   }
 }
 
@@ -118,15 +123,20 @@ std::vector<float> QAdamW::decoded(bool second) const {
   return out;
 }
 
-std::vector<float> QAdamW::decoded_first_moment() const { return decoded(false); }
-std::vector<float> QAdamW::decoded_second_moment() const { return decoded(true); }
+std::vector<float> QAdamW::decoded_first_moment() const {
+  return decoded(false);
+}
+std::vector<float> QAdamW::decoded_second_moment() const {
+  return decoded(true);
+}
 
 int64_t QAdamW::state_bytes() const {
   int64_t b = 0;
   for (const Piece& pc : pieces_)
     for (const QuantizedMoment* q : {&pc.m, &pc.v})
       b += static_cast<int64_t>(q->q.codes.capacity() + q->q.scales.capacity() +
-                                q->q.outer_scales.capacity() * sizeof(float) + q->mean.capacity() * sizeof(uint16_t));
+                                q->q.outer_scales.capacity() * sizeof(float) +
+                                q->mean.capacity() * sizeof(uint16_t));
   return b;
 }
 

@@ -43,9 +43,9 @@ class QAdamW final : public Optimizer {
 
  private:
   struct Piece {
-    int param = 0;              // index in the ParameterSet
-    int64_t begin = 0, end = 0; // element range inside the tensor; begin is a multiple of the tile
-    int64_t flat = 0;           // flat offset of element `begin`
+    int param = 0;               // index in the ParameterSet
+    int64_t begin = 0, end = 0;  // element range inside the tensor; begin is a multiple of the tile
+    int64_t flat = 0;            // flat offset of element `begin`
     QuantizedMoment m, v;
   };
 

@@ -3,12 +3,13 @@
 // U8 [tiles, 8] (E4M3 block scales), qadamw.{m,v}.scale.<name> F32 [2] (tensor scale S_dec and amax),
 // qadamw.v.mean.<name> BF16 [tiles] (mean of sqrt(v) per tile), qadamw.step I64 [1] and qadamw.seed I64 [1]
 // (the run seed the SR keys derive from).
+#include "optim/q_adamw_state.h"
+
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
 #include "optim/q_adamw.h"
-#include "optim/q_adamw_state.h"
 
 namespace fp4 {
 namespace {
@@ -20,7 +21,9 @@ struct Regions {
   size_t at[7];  // m codes, m scales, m scale, v codes, v scales, v scale, v mean
 };
 
-size_t round8(size_t b) { return (b + 7) / 8 * 8; }
+size_t round8(size_t b) {
+  return (b + 7) / 8 * 8;
+}
 
 std::vector<Regions> layout(const ParameterSet& ps, size_t& total) {
   std::vector<Regions> out(static_cast<size_t>(ps.size()));
@@ -41,30 +44,36 @@ StateTensor bytes_tensor(std::string name, const char* dtype, std::vector<int64_
   return StateTensor{std::move(name), dtype, std::move(shape), std::vector<uint8_t>(p, p + n)};
 }
 
-void put(uint8_t* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
+void put(uint8_t* dst, const void* src, size_t n) {
+  std::memcpy(dst, src, n);
+}
 
 }  // namespace
 
 std::string q_adamw_tensor_name(int region, const std::string& param) {
-  static const char* const kRegionName[kQAdamStateRegions] = {"m.codes.", "m.scales.", "m.scale.", "v.codes.",
-                                                              "v.scales.", "v.scale.", "v.mean."};
+  static const char* const kRegionName[kQAdamStateRegions] = {
+      "m.codes.", "m.scales.", "m.scale.", "v.codes.", "v.scales.", "v.scale.", "v.mean."};
   FP4_CHECK(region >= 0 && region < kQAdamStateRegions, "q_adamw_tensor_name: region ", region);
   return std::string("qadamw.") + kRegionName[region] + param;
 }
 
-int64_t q_adamw_tiles(int64_t numel) { return (numel + kQAdamTile - 1) / kQAdamTile; }
+int64_t q_adamw_tiles(int64_t numel) {
+  return (numel + kQAdamTile - 1) / kQAdamTile;
+}
 
 QAdamStateTensors require_q_adamw_tensors(const StateIndex& index, const std::string& param, int64_t tiles) {
   QAdamStateTensors f{};
   for (int k = 0; k < 2; ++k) {
-    f[static_cast<size_t>(3 * k)] = &index.require(q_adamw_tensor_name(3 * k, param), "U8", {tiles, kCodeBytes});
+    f[static_cast<size_t>(3 * k)] =
+        &index.require(q_adamw_tensor_name(3 * k, param), "U8", {tiles, kCodeBytes});
     f[static_cast<size_t>(3 * k + 1)] =
         &index.require(q_adamw_tensor_name(3 * k + 1, param), "U8", {tiles, kScaleBytes});
     const StateTensor& s = index.require(q_adamw_tensor_name(3 * k + 2, param), "F32", {2});
     float v[2];
     std::memcpy(v, s.bytes.data(), sizeof(v));
-    FP4_CHECK(std::isfinite(v[0]) && v[0] >= 0.0f && std::isfinite(v[1]) && v[1] >= 0.0f, "load_state: tensor '",
-              s.name, "' holds scale ", v[0], " and amax ", v[1], " (both must be finite and >= 0)");
+    FP4_CHECK(std::isfinite(v[0]) && v[0] >= 0.0f && std::isfinite(v[1]) && v[1] >= 0.0f,
+              "load_state: tensor '", s.name, "' holds scale ", v[0], " and amax ", v[1],
+              " (both must be finite and >= 0)");
     f[static_cast<size_t>(3 * k + 2)] = &s;
   }
   f[6] = &index.require(q_adamw_tensor_name(6, param), "BF16", {tiles});
@@ -101,7 +110,8 @@ std::vector<StateTensor> QAdamW::save_state(const ParameterSet& ps) const {
     }
     put(buf + r.at[6] + t0 * 2, pc.v.mean.data(), pc.v.mean.size() * 2);
   }
-  if (place_.comm) place_.comm->all_reduce_sum(words.data(), static_cast<int64_t>(words.size()), CommType::kI64);
+  if (place_.comm)
+    place_.comm->all_reduce_sum(words.data(), static_cast<int64_t>(words.size()), CommType::kI64);
 
   std::vector<StateTensor> out;
   for (int i = 0; i < ps.size(); ++i) {
@@ -111,11 +121,12 @@ std::vector<StateTensor> QAdamW::save_state(const ParameterSet& ps) const {
     for (int k = 0; k < 2; ++k) {
       out.push_back(bytes_tensor(q_adamw_tensor_name(3 * k, name), "U8", {t, kCodeBytes}, buf + r.at[3 * k],
                                  static_cast<size_t>(t * kCodeBytes)));
-      out.push_back(bytes_tensor(q_adamw_tensor_name(3 * k + 1, name), "U8", {t, kScaleBytes}, buf + r.at[3 * k + 1],
-                                 static_cast<size_t>(t * kScaleBytes)));
+      out.push_back(bytes_tensor(q_adamw_tensor_name(3 * k + 1, name), "U8", {t, kScaleBytes},
+                                 buf + r.at[3 * k + 1], static_cast<size_t>(t * kScaleBytes)));
       out.push_back(bytes_tensor(q_adamw_tensor_name(3 * k + 2, name), "F32", {2}, buf + r.at[3 * k + 2], 8));
     }
-    out.push_back(bytes_tensor(q_adamw_tensor_name(6, name), "BF16", {t}, buf + r.at[6], static_cast<size_t>(t * 2)));
+    out.push_back(
+        bytes_tensor(q_adamw_tensor_name(6, name), "BF16", {t}, buf + r.at[6], static_cast<size_t>(t * 2)));
   }
   StateTensor step{kQAdamStepName, "I64", {1}, std::vector<uint8_t>(8)};
   std::memcpy(step.bytes.data(), &step_, 8);
@@ -127,8 +138,9 @@ std::vector<StateTensor> QAdamW::save_state(const ParameterSet& ps) const {
 }
 
 void QAdamW::load_state(const StateIndex& index, const ParameterSet& ps) {
-  FP4_CHECK(index.has(kQAdamStepName) || !index.has(kAdamStepName), "load_state: the state holds AdamW moments ('",
-            kAdamStepName, "'), but this run's optimizer is q-adamw (recipe field 'optimizer'); resume with ",
+  FP4_CHECK(index.has(kQAdamStepName) || !index.has(kAdamStepName),
+            "load_state: the state holds AdamW moments ('", kAdamStepName,
+            "'), but this run's optimizer is q-adamw (recipe field 'optimizer'); resume with ",
             "the optimizer that wrote it");
   // Every tensor checked before anything changes.
   std::vector<QAdamStateTensors> found;

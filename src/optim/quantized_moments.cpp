@@ -22,7 +22,9 @@ QuantSpec moment_spec() {
   return s;
 }
 
-int64_t padded(int64_t n) { return (n + kTile - 1) / kTile * kTile; }
+int64_t padded(int64_t n) {
+  return (n + kTile - 1) / kTile * kTile;
+}
 
 // The orthonormal 16-point Hadamard transform of every 16-element group, in place (its own inverse).
 void mix(std::vector<float>& x) {
@@ -90,8 +92,8 @@ MixedMoment mix_second_moment(std::span<const float> v, const char* what) {
   std::vector<float> u(static_cast<size_t>(np), 0.0f);
   for (int64_t i = 0; i < n; ++i) {
     const float vi = v[static_cast<size_t>(i)];
-    FP4_CHECK(vi >= 0.0f && std::isfinite(vi), "quantized AdamW: the ", what, " holds ", vi, " at element ", i,
-              " (it must be finite and >= 0)");
+    FP4_CHECK(vi >= 0.0f && std::isfinite(vi), "quantized AdamW: the ", what, " holds ", vi, " at element ",
+              i, " (it must be finite and >= 0)");
     u[static_cast<size_t>(i)] = std::sqrt(vi);
   }
   std::vector<uint16_t> mean(static_cast<size_t>(np / kTile));
@@ -123,8 +125,8 @@ float MixedMoment::amax() const {
 
 QuantizedMoment quantize_tiles(MixedMoment mixed, float amax, uint64_t key, int64_t first_tile,
                                const char* what) {
-  FP4_CHECK(std::isfinite(amax) && amax >= mixed.amax(), "quantized AdamW: the ", what, " is quantized with amax ",
-            amax, " below its own ", mixed.amax());
+  FP4_CHECK(std::isfinite(amax) && amax >= mixed.amax(), "quantized AdamW: the ", what,
+            " is quantized with amax ", amax, " below its own ", mixed.amax());
   const int64_t tiles = static_cast<int64_t>(mixed.x.size()) / kTile;
   QuantizedMoment out;
   out.size = mixed.size;

@@ -23,19 +23,21 @@
 namespace fp4 {
 
 struct QuantizedMoment {
-  int64_t size = 0;               // logical elements
-  Nvfp4Tensor q;                  // [padded / 128 x 128]: H-mixed m, or H-mixed residual of sqrt(v)
-  std::vector<uint16_t> mean;     // second moment only: BF16 mean of sqrt(v) per 128-element tile
-  int64_t packed_bytes() const;   // what the state costs in memory
+  int64_t size = 0;              // logical elements
+  Nvfp4Tensor q;                 // [padded / 128 x 128]: H-mixed m, or H-mixed residual of sqrt(v)
+  std::vector<uint16_t> mean;    // second moment only: BF16 mean of sqrt(v) per 128-element tile
+  int64_t packed_bytes() const;  // what the state costs in memory
 };
 
 // SR bits come from `sr` (element i of the padded tensor draws word i). Non-finite input is an error
 // naming `what`.
-QuantizedMoment encode_first_moment(std::span<const float> m, RngStream sr, const char* what = "first moment");
+QuantizedMoment encode_first_moment(std::span<const float> m, RngStream sr,
+                                    const char* what = "first moment");
 void decode_first_moment(const QuantizedMoment& q, std::span<float> out);
 
 // v must be >= 0 (AdamW's second moment); a negative or non-finite value is an error naming `what`.
-QuantizedMoment encode_second_moment(std::span<const float> v, RngStream sr, const char* what = "second moment");
+QuantizedMoment encode_second_moment(std::span<const float> v, RngStream sr,
+                                     const char* what = "second moment");
 void decode_second_moment(const QuantizedMoment& q, std::span<float> out);
 
 // The codec in two phases, for a moment split over ranks (optim/q_adamw.h): a piece holds whole 128-element

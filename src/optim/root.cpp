@@ -45,8 +45,8 @@ bool root_eligible(const ParameterInfo& info) {
 
 NsOptions root_ns_options(const RootOptions& opt, int64_t rows, int64_t cols, RngStream sr) {
   NsOptions ns;
-  ns.coef = opt.coefficients.value_or(opt.precision == NsPrecision::kNvfp4 ? kQRootNsCoefficients
-                                                                           : ns_coefficients_for_shape(rows, cols));
+  ns.coef = opt.coefficients.value_or(
+      opt.precision == NsPrecision::kNvfp4 ? kQRootNsCoefficients : ns_coefficients_for_shape(rows, cols));
   ns.steps = opt.ns_steps;
   ns.precision = opt.precision;
   ns.rounding = opt.rounding;
@@ -61,8 +61,8 @@ RootStepInfo root_step(std::span<float> w, std::span<const float> g, std::span<f
   const int64_t n = rows * cols;
   FP4_CHECK(rows > 0 && cols > 0 && static_cast<int64_t>(w.size()) == n &&
                 static_cast<int64_t>(g.size()) == n && static_cast<int64_t>(m.size()) == n,
-            name, ": ROOT needs weight, gradient and momentum of [", rows, " x ", cols, "], got ", w.size(), ", ",
-            g.size(), ", ", m.size(), " elements");
+            name, ": ROOT needs weight, gradient and momentum of [", rows, " x ", cols, "], got ", w.size(),
+            ", ", g.size(), ", ", m.size(), " elements");
   FP4_CHECK(std::isfinite(lr) && lr >= 0.0f, name, ": ROOT learning rate must be finite and >= 0, got ", lr);
   FP4_CHECK(std::isfinite(weight_decay) && weight_decay >= 0.0f, name,
             ": ROOT weight decay must be finite and >= 0, got ", weight_decay);
@@ -90,7 +90,8 @@ RootStepInfo root_step(std::span<float> w, std::span<const float> g, std::span<f
   for (int64_t i = 0; i < n; ++i) fro2 += static_cast<double>(u[i]) * u[i];
   FP4_CHECK(fro2 <= 4.0 * static_cast<double>(std::min(rows, cols)), name,
             ": ROOT's Newton-Schulz diverged (|X|_F^2 = ", fro2, " for a [", rows, " x ", cols,
-            "] matrix, expected about ", std::min(rows, cols), "); use coefficients stable at this precision");
+            "] matrix, expected about ", std::min(rows, cols),
+            "); use coefficients stable at this precision");
   std::copy(m_new.begin(), m_new.end(), m.begin());
 
   const float scale = opt.update_scale * std::sqrt(static_cast<float>(std::max(rows, cols)));

@@ -45,8 +45,8 @@ float clip_to_abs_quantile(std::span<float> x, double q);
 bool root_eligible(const ParameterInfo& info);
 
 struct RootStepInfo {
-  float clip_eps = 0;     // the clipping threshold used
-  int64_t clipped = 0;    // elements of U with |U| > eps
+  float clip_eps = 0;   // the clipping threshold used
+  int64_t clipped = 0;  // elements of U with |U| > eps
 };
 
 // The Newton-Schulz options of a ROOT step on a [rows x cols] matrix: opt's steps, precision and rounding,

@@ -131,7 +131,8 @@ void RootOptimizer::reset_moments(const std::vector<IndexRange>& ranges) {
     for (size_t k = 0; k < roots_.size(); ++k) {
       const int64_t off = root_offset_[k], n = static_cast<int64_t>(roots_[k].momentum().size());
       const int64_t lo = std::max(r.begin, off), hi = std::min(r.end, off + n);
-      if (lo < hi) std::fill(roots_[k].momentum().begin() + (lo - off), roots_[k].momentum().begin() + (hi - off), 0.0f);
+      if (lo < hi)
+        std::fill(roots_[k].momentum().begin() + (lo - off), roots_[k].momentum().begin() + (hi - off), 0.0f);
     }
     for (size_t k = 0; k < adam_index_.size(); ++k) {
       const Parameter& p = adam_params_.at(static_cast<int>(k));

@@ -56,12 +56,12 @@ class RootOptimizer final : public Optimizer {
   RootOptions opt_;
   IndexRange shard_;
   int64_t step_ = 0;
-  std::vector<int> root_index_;  // ParameterSet index of each ROOT matrix
+  std::vector<int> root_index_;       // ParameterSet index of each ROOT matrix
   std::vector<int64_t> root_offset_;  // flat-buffer offset of each ROOT matrix
   std::vector<RootMatrix> roots_;
-  std::vector<int> adam_index_;  // ParameterSet index of each AdamW parameter
+  std::vector<int> adam_index_;       // ParameterSet index of each AdamW parameter
   std::vector<int64_t> adam_offset_;  // its flat-buffer offset in the full ParameterSet
-  ParameterSet adam_params_;     // copies of the AdamW parameters (values and gradients) for AdamW's step
+  ParameterSet adam_params_;  // copies of the AdamW parameters (values and gradients) for AdamW's step
   std::unique_ptr<AdamWOptimizer> adam_;
   std::vector<RootStepInfo> last_info_;
 };

@@ -10,10 +10,14 @@ bool LinearPolicy::quantized() const {
 
 std::string to_string(LinearKind k) {
   switch (k) {
-    case LinearKind::kQkv: return "qkv";
-    case LinearKind::kAttnOut: return "attn_out";
-    case LinearKind::kGateUp: return "gate_up";
-    case LinearKind::kDown: return "down";
+    case LinearKind::kQkv:
+      return "qkv";
+    case LinearKind::kAttnOut:
+      return "attn_out";
+    case LinearKind::kGateUp:
+      return "gate_up";
+    case LinearKind::kDown:
+      return "down";
   }
   return "?";
 }

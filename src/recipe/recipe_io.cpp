@@ -1,5 +1,7 @@
 #include "recipe/recipe_io.h"
 
+#include <toml++/toml.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -9,7 +11,6 @@
 #include <iomanip>
 #include <optional>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "core/error.h"
 #include "recipe/optimizer_names.h"
@@ -31,31 +32,40 @@ int operand_index(const std::string& key, const std::string& origin) {
 
 // A whole decimal number in [lo, hi]; anything else (a fraction, trailing text, a value that would wrap
 // when narrowed to int) is an error naming `what` and the range.
-int parse_int_in(const std::string& text, long long lo, long long hi, const std::string& where, const char* what) {
+int parse_int_in(const std::string& text, long long lo, long long hi, const std::string& where,
+                 const char* what) {
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(text.c_str(), &end, 10);
-  FP4_CHECK(!text.empty() && end && *end == '\0' && errno != ERANGE && v >= lo && v <= hi, where, ": expected ",
-            what, ", an integer in [", lo, ", ", hi, "], got '", text, "'");
+  FP4_CHECK(!text.empty() && end && *end == '\0' && errno != ERANGE && v >= lo && v <= hi, where,
+            ": expected ", what, ", an integer in [", lo, ", ", hi, "], got '", text, "'");
   return static_cast<int>(v);
 }
 
 // Sets one QuantSpec field from its text form.
-void set_spec_field(QuantSpec& s, const std::string& field, const std::string& value, const std::string& where) {
-  if (field == "format") s.format = parse_quant_format(value, where);
-  else if (field == "block") s.block = parse_block_shape(value, where);
-  else if (field == "outer") s.outer = parse_outer_scale(value, where);
-  else if (field == "rounding") s.rounding = parse_rounding(value, where);
-  else if (field == "four_over_six") s.four_over_six = parse_four_over_six(value, where);
-  else if (field == "source") s.source = parse_quant_source(value, where);
+void set_spec_field(QuantSpec& s, const std::string& field, const std::string& value,
+                    const std::string& where) {
+  if (field == "format")
+    s.format = parse_quant_format(value, where);
+  else if (field == "block")
+    s.block = parse_block_shape(value, where);
+  else if (field == "outer")
+    s.outer = parse_outer_scale(value, where);
+  else if (field == "rounding")
+    s.rounding = parse_rounding(value, where);
+  else if (field == "four_over_six")
+    s.four_over_six = parse_four_over_six(value, where);
+  else if (field == "source")
+    s.source = parse_quant_source(value, where);
   else if (field == "rht") {
     s.rht_n = parse_int_in(value, 0, 1 << 16, where, "an RHT size");
   } else if (field == "sr_headroom") {
     FP4_CHECK(value == "true" || value == "false", where, ": expected true or false, got '", value, "'");
     s.sr_headroom = value == "true";
   } else {
-    FP4_THROW(where, ": unknown key (expected format, block, outer, rounding, rht, four_over_six, source, "
-                     "sr_headroom)");
+    FP4_THROW(where,
+              ": unknown key (expected format, block, outer, rounding, rht, four_over_six, source, "
+              "sr_headroom)");
   }
 }
 
@@ -106,7 +116,8 @@ std::vector<int> parse_layer_list(const std::string& text, const std::string& wh
   return out;
 }
 
-void set_osci_field(OsciResetConfig& c, const std::string& field, const std::string& value, const std::string& where) {
+void set_osci_field(OsciResetConfig& c, const std::string& field, const std::string& value,
+                    const std::string& where) {
   char* end = nullptr;
   if (field == "enabled") {
     FP4_CHECK(value == "true" || value == "false", where, ": expected true or false, got '", value, "'");
@@ -125,8 +136,8 @@ void set_osci_field(OsciResetConfig& c, const std::string& field, const std::str
     (field == "threshold" ? c.threshold : c.start) = v;
   } else if (field == "track_fraction") {
     const double v = std::strtod(value.c_str(), &end);
-    FP4_CHECK(!value.empty() && *end == '\0' && v > 0 && v <= 1, where, ": expected a fraction in (0, 1], got '",
-              value, "'");
+    FP4_CHECK(!value.empty() && *end == '\0' && v > 0 && v <= 1, where,
+              ": expected a fraction in (0, 1], got '", value, "'");
     c.track_fraction = v;
   } else {
     FP4_THROW(where, ": unknown key (expected enabled, window, threshold, period, start, track_fraction)");
@@ -146,8 +157,8 @@ void set_out_control_field(OutControlConfig& c, const std::string& field, const 
     (field == "calib_start" ? c.calib_start : c.calib_steps) = static_cast<int>(v);
   } else if (field == "ratio") {
     const double v = std::strtod(value.c_str(), &end);
-    FP4_CHECK(!value.empty() && *end == '\0' && v > 0 && v < 1, where, ": expected a fraction in (0, 1), got '",
-              value, "'");
+    FP4_CHECK(!value.empty() && *end == '\0' && v > 0 && v < 1, where,
+              ": expected a fraction in (0, 1), got '", value, "'");
     c.ratio = v;
   } else if (field == "round_to") {
     const long v = std::strtol(value.c_str(), &end, 10);
@@ -229,9 +240,12 @@ void apply_recipe_table(Recipe& r, const toml::table& tbl, const std::string& or
     const std::string key(k.str());
     const std::string where = origin + ": '" + key + "'";
     if (key == "extends") continue;  // resolved by the caller
-    if (key == "name") r.name = node_text(node, where);
-    else if (key == "description") r.description = node_text(node, where);
-    else if (key == "optimizer") r.optimizer = node_text(node, where);
+    if (key == "name")
+      r.name = node_text(node, where);
+    else if (key == "description")
+      r.description = node_text(node, where);
+    else if (key == "optimizer")
+      r.optimizer = node_text(node, where);
     else if (key == "bf16_layers") {
       const toml::array* arr = node.as_array();
       FP4_CHECK(arr, where, ": expected an array of block indices, e.g. [0, -1]");
@@ -385,14 +399,22 @@ void apply_recipe_override(Recipe& r, const std::string& assignment) {
   const std::string value = assignment.substr(eq + 1);
   if (key.rfind("recipe.", 0) == 0) key = key.substr(7);
   const std::string where = "recipe override '" + assignment + "'";
-  if (key == "name") r.name = value;
-  else if (key == "optimizer") r.optimizer = value;
-  else if (key == "bf16_layers") r.bf16_layers = parse_layer_list(value, where);
-  else if (key == "linear.rht_signs") set_rht_signs(r, value, where);
-  else if (key.rfind("osci_reset.", 0) == 0) set_osci_field(r.osci_reset, key.substr(11), value, where);
-  else if (key.rfind("out_control.", 0) == 0) set_out_control_field(r.out_control, key.substr(12), value, where);
-  else if (key.rfind("attention.", 0) == 0) set_attention_field(r.attention, key.substr(10), value, where);
-  else if (key.rfind("lora_svd.", 0) == 0) set_lora_svd_field(r.lora_svd, key.substr(9), value, where);
+  if (key == "name")
+    r.name = value;
+  else if (key == "optimizer")
+    r.optimizer = value;
+  else if (key == "bf16_layers")
+    r.bf16_layers = parse_layer_list(value, where);
+  else if (key == "linear.rht_signs")
+    set_rht_signs(r, value, where);
+  else if (key.rfind("osci_reset.", 0) == 0)
+    set_osci_field(r.osci_reset, key.substr(11), value, where);
+  else if (key.rfind("out_control.", 0) == 0)
+    set_out_control_field(r.out_control, key.substr(12), value, where);
+  else if (key.rfind("attention.", 0) == 0)
+    set_attention_field(r.attention, key.substr(10), value, where);
+  else if (key.rfind("lora_svd.", 0) == 0)
+    set_lora_svd_field(r.lora_svd, key.substr(9), value, where);
   else if (key.rfind("linear.", 0) == 0) {
     const std::string rest = key.substr(7);
     const auto dot = rest.find('.');
@@ -428,45 +450,47 @@ void validate(const Recipe& r) {
   // The two operands of a GEMM are transformed with the same signs, so their RHT sizes must agree.
   FP4_CHECK(q1.rht_n == q2.rht_n, name, ": Q1 and Q2 (forward GEMM) need the same rht (", q1.rht_n, " vs ",
             q2.rht_n, ")");
-  FP4_CHECK(q3.rht_n == q4.rht_n, name, ": Q3 and Q4 (dX GEMM) need the same rht (", q3.rht_n, " vs ", q4.rht_n,
-            ")");
-  FP4_CHECK(q5.rht_n == q6.rht_n, name, ": Q5 and Q6 (dW GEMM) need the same rht (", q5.rht_n, " vs ", q6.rht_n,
-            ")");
+  FP4_CHECK(q3.rht_n == q4.rht_n, name, ": Q3 and Q4 (dX GEMM) need the same rht (", q3.rht_n, " vs ",
+            q4.rht_n, ")");
+  FP4_CHECK(q5.rht_n == q6.rht_n, name, ": Q5 and Q6 (dW GEMM) need the same rht (", q5.rht_n, " vs ",
+            q6.rht_n, ")");
   auto check_reuse = [&](const QuantSpec& bwd, const QuantSpec& fwd, const char* b, const char* f) {
     if (bwd.source == QuantSource::kReuse) {
-      FP4_CHECK(fwd.quantized() && fwd.block == BlockShape::k16x16 && fwd.rht_n == 0 && bwd.rht_n == 0, name, ": ",
-                b, " = reuse needs ", f, " quantized with 16x16 blocks and no RHT on either");
+      FP4_CHECK(fwd.quantized() && fwd.block == BlockShape::k16x16 && fwd.rht_n == 0 && bwd.rht_n == 0, name,
+                ": ", b, " = reuse needs ", f, " quantized with 16x16 blocks and no RHT on either");
     }
     if (bwd.source == QuantSource::kAligned)
       FP4_CHECK(fwd.quantized(), name, ": ", b, " = aligned re-quantizes ", f, ", which is not quantized");
   };
   check_reuse(q4, q2, "Q4", "Q2");
   check_reuse(q6, q1, "Q6", "Q1");
-  FP4_CHECK(is_known_optimizer(r.optimizer), name, ": optimizer '", r.optimizer, "' is not available (available: ",
-            known_optimizers(), ")");
+  FP4_CHECK(is_known_optimizer(r.optimizer), name, ": optimizer '", r.optimizer,
+            "' is not available (available: ", known_optimizers(), ")");
   const OsciResetConfig& o = r.osci_reset;
   if (o.enabled) {
-    FP4_CHECK(o.period >= o.window, name, ": osci_reset.period (", o.period, ") must be at least its window (",
-              o.window, ")");
+    FP4_CHECK(o.period >= o.window, name, ": osci_reset.period (", o.period,
+              ") must be at least its window (", o.window, ")");
     FP4_CHECK(q2.format == QuantFormat::kNvfp4, name, ": osci_reset tracks NVFP4 weights, but Q2 (W) is ",
               to_string(q2.format));
-    FP4_CHECK(q2.rounding == Rounding::kRtn && q2.rht_n == 0, name,
-              ": osci_reset needs Q2 (W) with RTN and no RHT (a weight's grid point must be a function of the "
-              "weights)");
+    FP4_CHECK(
+        q2.rounding == Rounding::kRtn && q2.rht_n == 0, name,
+        ": osci_reset needs Q2 (W) with RTN and no RHT (a weight's grid point must be a function of the "
+        "weights)");
   }
   const OutControlConfig& c = r.out_control;
   if (c.enabled) {
     FP4_CHECK(c.ratio > 0 && c.ratio < 1, name, ": out_control.ratio (", c.ratio, ") must lie in (0, 1)");
     FP4_CHECK(c.round_to >= 16 && c.round_to % 16 == 0, name, ": out_control.round_to (", c.round_to,
               ") must be a positive multiple of 16");
-    FP4_CHECK(c.calib_start >= 1 && c.calib_steps >= 1, name, ": out_control.calib_start and calib_steps must ",
-              "be positive");
+    FP4_CHECK(c.calib_start >= 1 && c.calib_steps >= 1, name,
+              ": out_control.calib_start and calib_steps must ", "be positive");
     FP4_CHECK(q1.format == QuantFormat::kNvfp4 && q2.format == QuantFormat::kNvfp4, name,
-              ": out_control splits the NVFP4 forward, but Q1 (X) is ", to_string(q1.format), " and Q2 (W) is ",
-              to_string(q2.format));
-    FP4_CHECK(q4.source != QuantSource::kReuse && q6.source != QuantSource::kReuse, name,
-              ": out_control needs Q4 (W^T) and Q6 (X^T) re-quantized (source aligned or original): reuse would ",
-              "multiply the MXFP8 channels without re-quantizing them");
+              ": out_control splits the NVFP4 forward, but Q1 (X) is ", to_string(q1.format),
+              " and Q2 (W) is ", to_string(q2.format));
+    FP4_CHECK(
+        q4.source != QuantSource::kReuse && q6.source != QuantSource::kReuse, name,
+        ": out_control needs Q4 (W^T) and Q6 (X^T) re-quantized (source aligned or original): reuse would ",
+        "multiply the MXFP8 channels without re-quantizing them");
   }
   const LoraSvdConfig& l = r.lora_svd;
   if (l.enabled) {
@@ -478,9 +502,10 @@ void validate(const Recipe& r) {
               ") must be finite and nonzero");
     FP4_CHECK(p.quantized(), name,
               ": lora_svd protects the quantized linears, but this recipe quantizes none");
-    FP4_CHECK(r.optimizer == "adamw" || r.optimizer == "root" || r.optimizer == "q-root", name,
-              ": lora_svd resets the optimizer moments of its factors at each realignment, which only optimizer ",
-              "adamw, root and q-root implement (got '", r.optimizer, "')");
+    FP4_CHECK(
+        r.optimizer == "adamw" || r.optimizer == "root" || r.optimizer == "q-root", name,
+        ": lora_svd resets the optimizer moments of its factors at each realignment, which only optimizer ",
+        "adamw, root and q-root implement (got '", r.optimizer, "')");
   }
 }
 
@@ -508,23 +533,25 @@ std::string to_toml(const Recipe& r) {
     os << "\n[linear." << kOperandKeys[i] << "]\nformat = \"" << to_string(s.format) << "\"\n";
     if (!s.quantized()) continue;
     os << "block = \"" << to_string(s.block) << "\"\nouter = \"" << to_string(s.outer) << "\"\nrounding = \""
-       << to_string(s.rounding) << "\"\nrht = " << s.rht_n << "\nfour_over_six = \"" << to_string(s.four_over_six)
-       << "\"\nsource = \"" << to_string(s.source) << "\"\nsr_headroom = " << (s.sr_headroom ? "true" : "false")
-       << "\n";
+       << to_string(s.rounding) << "\"\nrht = " << s.rht_n << "\nfour_over_six = \""
+       << to_string(s.four_over_six) << "\"\nsource = \"" << to_string(s.source)
+       << "\"\nsr_headroom = " << (s.sr_headroom ? "true" : "false") << "\n";
   }
   if (r.osci_reset.enabled) {  // only when on, so recipes without it keep their text (checkpoints compare it)
     const OsciResetConfig& o = r.osci_reset;
-    os << "\n[osci_reset]\nenabled = true\nwindow = " << o.window << "\nthreshold = " << float_text(o.threshold)
-       << "\nperiod = " << o.period << "\nstart = " << float_text(o.start)
-       << "\ntrack_fraction = " << float_text(o.track_fraction) << "\n";
+    os << "\n[osci_reset]\nenabled = true\nwindow = " << o.window
+       << "\nthreshold = " << float_text(o.threshold) << "\nperiod = " << o.period
+       << "\nstart = " << float_text(o.start) << "\ntrack_fraction = " << float_text(o.track_fraction)
+       << "\n";
   }
   if (r.out_control.enabled) {  // only when on, as for osci_reset
     const OutControlConfig& c = r.out_control;
-    os << "\n[out_control]\nenabled = true\ncalib_start = " << c.calib_start << "\ncalib_steps = " << c.calib_steps
-       << "\nratio = " << float_text(c.ratio) << "\nround_to = " << c.round_to << "\n";
+    os << "\n[out_control]\nenabled = true\ncalib_start = " << c.calib_start
+       << "\ncalib_steps = " << c.calib_steps << "\nratio = " << float_text(c.ratio)
+       << "\nround_to = " << c.round_to << "\n";
   }
   if (r.attention.q_attn) os << "\n[attention]\nq_attn = true\n";  // only when on, as above
-  if (r.lora_svd.enabled) {  // only when on, as above
+  if (r.lora_svd.enabled) {                                        // only when on, as above
     const LoraSvdConfig& l = r.lora_svd;
     os << "\n[lora_svd]\nenabled = true\nrank = " << l.rank << "\nbeta = " << float_text(l.beta)
        << "\nrealign_every = " << l.realign_every << "\n";

@@ -20,7 +20,8 @@ Recipe parse_recipe(const std::string& toml_text, const std::string& origin);
 // Applies one "key=value" override.
 void apply_recipe_override(Recipe& recipe, const std::string& assignment);
 
-// Throws fp4::Error if the six specs cannot be executed together (paired RHT sizes, reuse without 16x16, ...).
+// Throws fp4::Error if the six specs cannot be executed together (paired RHT sizes, reuse without 16x16,
+// ...).
 void validate(const Recipe& recipe);
 
 // The preset names found in the recipe directory, and that directory.

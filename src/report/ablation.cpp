@@ -1,5 +1,4 @@
 #include "report/ablation.h"
-#include "report/number_format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +11,7 @@
 #include <sstream>
 
 #include "model/config.h"
+#include "report/number_format.h"
 #include "report/seeds.h"
 #include "report/svg_plot.h"
 #include "train/file_io.h"
@@ -21,8 +21,12 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::string fmt(double v, const char* f) { return report_format::number(v, f); }
-std::string pct(double v) { return report_format::percent(v); }
+std::string fmt(double v, const char* f) {
+  return report_format::number(v, f);
+}
+std::string pct(double v) {
+  return report_format::percent(v);
+}
 
 std::vector<std::string> labels_in_order(const std::vector<RunSummary>& runs) {
   std::vector<std::string> out;

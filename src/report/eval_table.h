@@ -9,6 +9,7 @@
 namespace fp4 {
 
 // Empty when no run has an eval.json. Throws fp4::Error naming a malformed file.
-std::string eval_suite_table(const std::vector<std::string>& run_dirs, const std::vector<std::string>& labels);
+std::string eval_suite_table(const std::vector<std::string>& run_dirs,
+                             const std::vector<std::string>& labels);
 
 }  // namespace fp4

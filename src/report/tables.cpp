@@ -1,15 +1,18 @@
 #include "report/tables.h"
-#include "report/number_format.h"
 
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
+#include "report/number_format.h"
+
 namespace fp4 {
 namespace {
 
 using report_format::percent;
-std::string fmt(double v, const char* f = "%.4f") { return report_format::number(v, f); }
+std::string fmt(double v, const char* f = "%.4f") {
+  return report_format::number(v, f);
+}
 
 std::string seed_list(const std::vector<std::optional<uint64_t>>& seeds) {
   std::string s;

@@ -35,5 +35,4 @@ class Tensor {
   std::vector<float> data_;
 };
 
-
 }  // namespace fp4

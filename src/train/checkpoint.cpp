@@ -109,7 +109,8 @@ FileDigest write_model_file(const fs::path& path, const TrainingEngine& engine,
     }
     const auto values = std::span(buffer).first(static_cast<size_t>(p.numel()));
     engine.read_parameter(p.name, values);
-    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(values.data()), values.size_bytes());
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(values.data()),
+                                         values.size_bytes());
     check_finite("parameter", p.name, bytes);
     out.write(bytes);
   }
@@ -317,7 +318,6 @@ fs::path write_and_publish(const fs::path& root, const fs::path& tmp, const std:
   return final_dir;
 }
 
-
 }  // namespace
 
 fs::path checkpoint_root(const fs::path& run_dir) {
@@ -361,13 +361,12 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const TrainingEn
   }
 }
 
-
 void prepare_checkpoint_root(const fs::path& run_dir) {
   const fs::path root = checkpoint_root(run_dir);
   std::error_code ec;
   fs::create_directories(root, ec);
-  FP4_CHECK(!ec && fs::is_directory(root), root.string(), ": cannot create the checkpoint directory: ",
-            ec ? ec.message() : "not a directory");
+  FP4_CHECK(!ec && fs::is_directory(root), root.string(),
+            ": cannot create the checkpoint directory: ", ec ? ec.message() : "not a directory");
   remove_interrupted_saves(root);
   const fs::path probe = root / (std::string(kTempPrefix) + "probe-" + std::to_string(::getpid()));
   try {
@@ -485,7 +484,8 @@ void load_parameters(TrainingEngine& engine, const Checkpoint& ckpt) {
   for (const auto& p : params) known.insert(p.name);
   for (const auto& t : ckpt.model)
     FP4_CHECK(known.contains(t.name), file, ": tensor '", t.name, "' is not a parameter of model '",
-              engine.config().name, "' (", engine.config().n_layers, " blocks): the checkpoint is of another model");
+              engine.config().name, "' (", engine.config().n_layers,
+              " blocks): the checkpoint is of another model");
   for (const auto& p : params) {
     const auto it = std::find_if(ckpt.model.begin(), ckpt.model.end(),
                                  [&](const StateTensor& t) { return t.name == p.name; });

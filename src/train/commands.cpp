@@ -117,7 +117,8 @@ void eval_suite(LoadedModel& m, const Manifest& manifest, const EvalArgs& args, 
     std::fprintf(stderr, "note: held-out file %s is not here: no per-source result for it\n", f.c_str());
   const auto tok = load_tokenizer(manifest.tokenizer);
   const int seq = m.config.data.seq;
-  const auto per_source = per_source_loss(*m.engine, *tok, sources, m.config.data.batch, seq, args.source_windows);
+  const auto per_source =
+      per_source_loss(*m.engine, *tok, sources, m.config.data.batch, seq, args.source_windows);
   for (const auto& s : per_source)
     std::printf("  source %-32s loss %.4f | ppl %9.3f | %lld tokens\n", s.name.c_str(), s.loss, s.perplexity,
                 static_cast<long long>(s.tokens));
@@ -132,8 +133,8 @@ void eval_suite(LoadedModel& m, const Manifest& manifest, const EvalArgs& args, 
   if (out.empty()) out = m.checkpoint.parent_path().parent_path() / "eval.json";  // <run>/checkpoints/step_N
   write_file_synced(out, eval_suite_json(m.checkpoint.string(), pooled.loss, pooled.perplexity, pooled.tokens,
                                          per_source, tasks)
-                             .dump(2) +
-                         "\n");
+                                 .dump(2) +
+                             "\n");
   std::fprintf(stderr, "wrote %s\n", out.string().c_str());
 }
 

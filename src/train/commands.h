@@ -72,7 +72,7 @@ struct SampleArgs {
   int top_k = 40;
   uint64_t seed = 1;
   std::string device;
-  std::string tokenizer;  // empty: the run's tokenizer (data.tokenizer, else its data manifest's)
+  std::string tokenizer;          // empty: the run's tokenizer (data.tokenizer, else its data manifest's)
   std::filesystem::path ids_out;  // when set: {"prompt": [ids], "generated": [ids]} written there as JSON
 };
 // Prints the prompt and the generated text on stdout as it is produced; returns the generated text.

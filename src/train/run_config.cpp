@@ -445,21 +445,24 @@ void validate(const RunConfig& c) {
   FP4_CHECK(m.n_layers <= kMaxLayers, "model.n_layers must be at most ", kMaxLayers, ", got ", m.n_layers);
   FP4_CHECK(m.d_model <= kMaxWidth, "model.d_model must be at most ", kMaxWidth, ", got ", m.d_model);
   FP4_CHECK(m.d_ff <= kMaxWidth, "model.d_ff must be at most ", kMaxWidth, ", got ", m.d_ff);
-  FP4_CHECK(m.vocab_size <= kMaxVocab, "model.vocab_size must be at most ", kMaxVocab, ", got ", m.vocab_size);
+  FP4_CHECK(m.vocab_size <= kMaxVocab, "model.vocab_size must be at most ", kMaxVocab, ", got ",
+            m.vocab_size);
   FP4_CHECK(m.max_seq_len <= kMaxSeqLen, "model.max_seq_len must be at most ", kMaxSeqLen, ", got ",
             m.max_seq_len);
   FP4_CHECK(m.parameter_count() <= kMaxParameters, "[model] has ", m.parameter_count(),
-            " parameters; at most ", kMaxParameters, " are accepted (model.n_layers, d_model, d_ff, vocab_size)");
+            " parameters; at most ", kMaxParameters,
+            " are accepted (model.n_layers, d_model, d_ff, vocab_size)");
   const auto& d = c.data;
   FP4_CHECK(!d.train_dir.empty(), "data.train_dir must not be empty");
   FP4_CHECK(d.batch > 0 && d.batch <= kMaxRows, "data.batch must be in [1, ", kMaxRows, "], got ", d.batch);
   FP4_CHECK(d.seq > 0, "data.seq must be positive, got ", d.seq);
   FP4_CHECK(d.seq <= c.model.max_seq_len, "data.seq ", d.seq, " exceeds model.max_seq_len ",
             c.model.max_seq_len);
-  FP4_CHECK(d.grad_accum > 0 && d.grad_accum <= kMaxRows, "data.grad_accum must be in [1, ", kMaxRows, "], got ",
-            d.grad_accum);
-  FP4_CHECK(int64_t{d.batch} * d.seq <= kMaxMicroBatchTokens, "data.batch x data.seq = ",
-            int64_t{d.batch} * d.seq, " tokens per micro-batch; at most ", kMaxMicroBatchTokens, " are accepted");
+  FP4_CHECK(d.grad_accum > 0 && d.grad_accum <= kMaxRows, "data.grad_accum must be in [1, ", kMaxRows,
+            "], got ", d.grad_accum);
+  FP4_CHECK(int64_t{d.batch} * d.seq <= kMaxMicroBatchTokens,
+            "data.batch x data.seq = ", int64_t{d.batch} * d.seq, " tokens per micro-batch; at most ",
+            kMaxMicroBatchTokens, " are accepted");
   const auto& o = c.optim;
   // The engine computes in FP32: each hyperparameter must be a finite float.
   const auto finite_float = [](double v) { return std::isfinite(v) && std::abs(v) <= 3.4028234663852886e38; };
@@ -486,7 +489,8 @@ void validate(const RunConfig& c) {
   FP4_CHECK(o.decay_shape == "linear" || o.decay_shape == "1-sqrt",
             "optim.decay_shape must be linear or 1-sqrt, got '", o.decay_shape, "'");
   const auto& t = c.train;
-  FP4_CHECK(t.steps > 0 && t.steps <= kMaxSteps, "train.steps must be in [1, ", kMaxSteps, "], got ", t.steps);
+  FP4_CHECK(t.steps > 0 && t.steps <= kMaxSteps, "train.steps must be in [1, ", kMaxSteps, "], got ",
+            t.steps);
   FP4_CHECK(t.steps <= kMaxTokens / c.tokens_per_step(), "train.steps ", t.steps, " x ", c.tokens_per_step(),
             " tokens per step exceeds the token counter's ", kMaxTokens);
   FP4_CHECK(t.log_every > 0, "train.log_every must be positive, got ", t.log_every);
@@ -511,9 +515,9 @@ void validate(const RunConfig& c) {
 
 void check_bf16_layers(const Recipe& recipe, const ModelConfig& model) {
   for (const int l : recipe.bf16_layers)
-    FP4_CHECK(l >= -model.n_layers && l < model.n_layers, "recipe '", recipe.name, "': bf16_layers names block ",
-              l, ", but model '", model.name, "' has ", model.n_layers, " blocks (accepted: ", -model.n_layers,
-              " .. ", model.n_layers - 1, ")");
+    FP4_CHECK(l >= -model.n_layers && l < model.n_layers, "recipe '", recipe.name,
+              "': bf16_layers names block ", l, ", but model '", model.name, "' has ", model.n_layers,
+              " blocks (accepted: ", -model.n_layers, " .. ", model.n_layers - 1, ")");
 }
 
 LrSchedule make_lr_schedule(const RunConfig& cfg) {
@@ -577,7 +581,7 @@ nlohmann::json training_identity(const RunConfig& cfg) {
       "train.steps",       "train.log_every",        "train.eval_every", "train.eval_batches",
       "train.ckpt_every",  "train.keep_checkpoints", "train.out_dir",    "train.device",
       "data.train_dir",    "data.val_dir",           "data.train_text",  "data.val_text",
-      "optim.total_steps", "optim.total_tokens", "dist.overlap"};
+      "optim.total_steps", "optim.total_tokens",     "dist.overlap"};
   nlohmann::json id = nlohmann::json::object();
   for (const auto& f : schema())
     if (std::find(kExcluded.begin(), kExcluded.end(), f.key) == kExcluded.end()) id[f.key] = f.get(cfg);
@@ -608,8 +612,8 @@ std::vector<std::string> identity_differences(const RunConfig& before, const Run
 
 std::string expand_recipe_shorthand(const std::string& assignment) {
   // The recipe's own keys and sections (recipe_io.cpp); none of them shares a name with a run section.
-  static constexpr std::string_view kRecipeKeys[] = {"linear.",      "bf16_layers=", "optimizer=", "osci_reset.",
-                                                     "out_control.", "attention.",   "lora_svd."};
+  static constexpr std::string_view kRecipeKeys[] = {
+      "linear.", "bf16_layers=", "optimizer=", "osci_reset.", "out_control.", "attention.", "lora_svd."};
   for (std::string_view k : kRecipeKeys)
     if (assignment.rfind(k, 0) == 0) return std::string(kOverridesPrefix) + assignment;
   return assignment;

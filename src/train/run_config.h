@@ -84,15 +84,15 @@ struct RunConfig {
 
 // The sizes validate() accepts: beyond them a config is refused naming the field, before any integer
 // arithmetic on them could overflow or an allocation could fail.
-inline constexpr int kMaxLayers = 1024;                   // model.n_layers
-inline constexpr int kMaxWidth = 1 << 18;                 // model.d_model, model.d_ff
-inline constexpr int kMaxVocab = 1 << 24;                 // model.vocab_size
-inline constexpr int kMaxSeqLen = 1 << 20;                // model.max_seq_len
-inline constexpr int64_t kMaxParameters = int64_t{1} << 36;  // model parameter count
-inline constexpr int kMaxRows = 1 << 20;                  // data.batch, data.grad_accum
+inline constexpr int kMaxLayers = 1024;                            // model.n_layers
+inline constexpr int kMaxWidth = 1 << 18;                          // model.d_model, model.d_ff
+inline constexpr int kMaxVocab = 1 << 24;                          // model.vocab_size
+inline constexpr int kMaxSeqLen = 1 << 20;                         // model.max_seq_len
+inline constexpr int64_t kMaxParameters = int64_t{1} << 36;        // model parameter count
+inline constexpr int kMaxRows = 1 << 20;                           // data.batch, data.grad_accum
 inline constexpr int64_t kMaxMicroBatchTokens = int64_t{1} << 26;  // data.batch x data.seq
-inline constexpr int64_t kMaxSteps = 1'000'000'000'000;   // train.steps, optim.warmup, optim.total_steps
-inline constexpr int64_t kMaxTokens = int64_t{1} << 62;   // optim.total_tokens, train.steps x tokens per step
+inline constexpr int64_t kMaxSteps = 1'000'000'000'000;  // train.steps, optim.warmup, optim.total_steps
+inline constexpr int64_t kMaxTokens = int64_t{1} << 62;  // optim.total_tokens, train.steps x tokens per step
 
 // The built-in defaults: the `tiny` CPU run (configs/runs/tiny.toml holds the same values).
 RunConfig default_run_config();

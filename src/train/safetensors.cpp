@@ -27,7 +27,8 @@ constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 // Tensor data is read (and hashed) in pieces of this size, each hashed while still in cache.
 constexpr size_t kReadPiece = size_t{1} << 20;
 
-// The element count, or -1 when it exceeds 2^56 (8-byte elements then still fit in 64 bits; a header naming a [2^32, 2^32] tensor must not overflow).
+// The element count, or -1 when it exceeds 2^56 (8-byte elements then still fit in 64 bits; a header naming a
+// [2^32, 2^32] tensor must not overflow).
 int64_t element_count(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
@@ -63,7 +64,8 @@ size_t safetensors_dtype_size(const std::string& dtype) {
 uint64_t safetensors_data_bytes(const SafetensorsEntry& entry, const std::filesystem::path& path) {
   for (int64_t d : entry.shape)
     FP4_CHECK(d >= 0, path.string(), ": tensor '", entry.name, "' has a negative dimension");
-  FP4_CHECK(element_count(entry.shape) >= 0, path.string(), ": tensor '", entry.name, "' has more than 2^56 elements");
+  FP4_CHECK(element_count(entry.shape) >= 0, path.string(), ": tensor '", entry.name,
+            "' has more than 2^56 elements");
   size_t elem = 0;
   try {
     elem = safetensors_dtype_size(entry.dtype);

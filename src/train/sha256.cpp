@@ -17,7 +17,7 @@ namespace sha_blocks = sha256_detail;
 
 // First 32 bits of the fractional parts of the square roots of the first 8 primes.
 constexpr sha_blocks::State kInit = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+                                     0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
 
 Sha256Impl resolve(Sha256Impl impl) {
   if (impl == Sha256Impl::kAuto) return sha256_ni_available() ? Sha256Impl::kShaNi : Sha256Impl::kPortable;

@@ -5,17 +5,17 @@
 #include <exception>
 
 #include "core/error.h"
-#include "recipe/recipe_io.h"
-#include "train/token_blocks.h"
 #include "dist/make_communicator.h"
 #include "dist/shard_plan.h"
 #include "model/cuda/cuda_engine.h"
+#include "recipe/recipe_io.h"
 #include "train/checkpoint.h"
 #include "train/data_setup.h"
 #include "train/engine_factory.h"
 #include "train/file_io.h"
 #include "train/init_from.h"
 #include "train/stop_signal.h"
+#include "train/token_blocks.h"
 
 namespace fp4 {
 
@@ -84,11 +84,12 @@ void Trainer::set_up_data_parallel(int64_t resume_step) {
   comm_->host_all_reduce_sum(steps, 2, CommType::kF64);
   const double mean = steps[0] / world;
   FP4_CHECK(steps[1] == mean * mean * world, "rank ", dist_.rank, " found checkpoint step ", resume_step,
-            " in ", run_dir_.string(), " but other ranks found others: the ranks must share the run directory");
-  log("data parallel: " + std::to_string(world) + " rank(s) over " + comm_->backend() + ", ZeRO-1 shards of " +
-      std::to_string(plan.ranks.front().size()) + ".." + std::to_string(plan.ranks.back().size()) +
-      " parameters, " + std::to_string(cfg_.data.batch) + " rows per micro-batch split over the ranks, " +
-      reduction);
+            " in ", run_dir_.string(),
+            " but other ranks found others: the ranks must share the run directory");
+  log("data parallel: " + std::to_string(world) + " rank(s) over " + comm_->backend() +
+      ", ZeRO-1 shards of " + std::to_string(plan.ranks.front().size()) + ".." +
+      std::to_string(plan.ranks.back().size()) + " parameters, " + std::to_string(cfg_.data.batch) +
+      " rows per micro-batch split over the ranks, " + reduction);
 }
 
 Batch Trainer::next_micro_batch() {
@@ -113,8 +114,9 @@ void Trainer::set_up() {
 
   // Before anything is written, so a job the launcher stops when a rank fails leaves no checkpoint folder.
   if (dist_.launched)
-    FP4_CHECK(cfg_.data.batch >= dist_.world_size, "data.batch = ", cfg_.data.batch, " rows cannot be split over ",
-              dist_.world_size, " processes: each rank needs at least one row of every micro-batch");
+    FP4_CHECK(cfg_.data.batch >= dist_.world_size, "data.batch = ", cfg_.data.batch,
+              " rows cannot be split over ", dist_.world_size,
+              " processes: each rank needs at least one row of every micro-batch");
   if (lead()) prepare_checkpoint_root(run_dir_);  // unwritable: refused now, not at the first save
   std::optional<Checkpoint> ckpt;
   const auto latest = latest_checkpoint(run_dir_);
@@ -154,7 +156,8 @@ void Trainer::set_up() {
     const int64_t freeze = int64_t{recipe_.out_control.calib_start} + recipe_.out_control.calib_steps - 1;
     if (freeze > run_steps)
       log("out_control: calibration ends at step " + std::to_string(freeze) + ", after this run's " +
-          std::to_string(run_steps) + " steps: every input channel stays in NVFP4 (set out_control.calib_start " +
+          std::to_string(run_steps) +
+          " steps: every input channel stays in NVFP4 (set out_control.calib_start " +
           "and calib_steps to calibrate earlier)");
   }
   // The recipe's step features, now that the engine knows whether it is data-parallel; OsciReset's
@@ -212,8 +215,8 @@ void Trainer::set_up() {
     }
     resumed_from_ = ckpt->dir;
     if (resumed_own) last_checkpoint_ = ckpt->dir;  // a branch has saved nothing of its own yet
-    log((resumed_own ? "resumed from " : "branched from ") + ckpt->dir.string() + " (step " + std::to_string(step_) +
-        ")");
+    log((resumed_own ? "resumed from " : "branched from ") + ckpt->dir.string() + " (step " +
+        std::to_string(step_) + ")");
   }
 
   if (!lead()) return;
@@ -261,7 +264,8 @@ fs::path Trainer::save(Progress& progress) {
   if (comm_) {
     double failed = error ? 1 : 0;
     comm_->host_all_reduce_sum(&failed, 1, CommType::kF64);
-    FP4_CHECK(failed == 0 || lead(), "rank 0 could not save the checkpoint of step ", step_, " (see its error)");
+    FP4_CHECK(failed == 0 || lead(), "rank 0 could not save the checkpoint of step ", step_,
+              " (see its error)");
   }
   if (error) {
     // The run's record says why it stopped (a full disk, a diverged state), next to its last metrics.
@@ -312,8 +316,8 @@ TrainResult Trainer::run() {
     progress.message("training " + cfg_.model.name + " (" +
                      format_count(static_cast<double>(cfg_.model.parameter_count())) +
                      " parameters, recipe " + recipe_.name + ") on " + engine_->device_name() +
-                     (comm_ ? " x " + std::to_string(comm_->world_size()) + " ranks" : std::string()) + ": steps " +
-                     std::to_string(step_) + " -> " + std::to_string(target) + ", " +
+                     (comm_ ? " x " + std::to_string(comm_->world_size()) + " ranks" : std::string()) +
+                     ": steps " + std::to_string(step_) + " -> " + std::to_string(target) + ", " +
                      std::to_string(cfg_.tokens_per_step()) + " tokens/step, run dir " + run_dir_.string());
 
   StepHyper hyper;

@@ -80,7 +80,7 @@ class Trainer {
   void set_up_data_parallel(int64_t resume_step);
   Batch next_micro_batch();
   int agreed_stop_signal();  // collective with data parallelism
-  void set_up();  // everything after the run dir is locked
+  void set_up();             // everything after the run dir is locked
   void log(const std::string& line);
   nlohmann::json trainer_state() const;
   std::filesystem::path save(Progress& progress);

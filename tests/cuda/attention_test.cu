@@ -1,8 +1,8 @@
 // Tests of the fused CUDA attention (ops/cuda/attention_cuda.h) against causal softmax attention computed in
 // double on the CPU from the same BF16-rounded inputs: output, LSE and the three gradients for ragged T,
 // several B/H, both head sizes, strided (fused QKV) and padded layouts, every compiled tile configuration,
-// large scores, causality, workspace reuse and argument errors. Outputs are poisoned with NaN before each call
-// so an element never written fails, and padding columns must come back untouched.
+// large scores, causality, workspace reuse and argument errors. Outputs are poisoned with NaN before each
+// call so an element never written fails, and padding columns must come back untouched.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -51,13 +51,17 @@ uint16_t to_bits(bf16 x) {
   std::memcpy(&b, &x, sizeof(b));
   return b;
 }
-float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
+float round_bf16(float x) {
+  return __bfloat162float(__float2bfloat16(x));
+}
 
 // Q, K, V, dO as [B][T][H][D] floats, every value exactly representable in BF16.
 struct Inputs {
   Shape s;
   std::vector<float> q, k, v, dout;
-  size_t at(int b, int t, int h, int d) const { return ((static_cast<size_t>(b) * s.T + t) * s.H + h) * s.D + d; }
+  size_t at(int b, int t, int h, int d) const {
+    return ((static_cast<size_t>(b) * s.T + t) * s.H + h) * s.D + d;
+  }
 };
 
 // qk_std scales Q and K: scores have standard deviation qk_std^2 (scale = 1/sqrt(D)).
@@ -85,8 +89,8 @@ Reference reference_attention(const Inputs& in) {
   const Shape& s = in.s;
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
   const size_t n = in.q.size();
-  Reference r{std::vector<double>(n), std::vector<double>(static_cast<size_t>(s.B) * s.H * s.T), std::vector<double>(n),
-              std::vector<double>(n), std::vector<double>(n)};
+  Reference r{std::vector<double>(n), std::vector<double>(static_cast<size_t>(s.B) * s.H * s.T),
+              std::vector<double>(n), std::vector<double>(n), std::vector<double>(n)};
   std::vector<double> p(s.T), dp(s.T);
   auto dot = [&](const std::vector<float>& a, size_t ia, const std::vector<float>& b, size_t ib) {
     double acc = 0;
@@ -140,35 +144,38 @@ double rel_error(const std::vector<float>& got, const std::vector<double>& want)
 
 // The two passes, through the public entry points or one tile configuration.
 struct Launchers {
-  std::function<void(const bf16*, const bf16*, const bf16*, int, bf16*, int, float*, const Shape&, float, cudaStream_t)>
+  std::function<void(const bf16*, const bf16*, const bf16*, int, bf16*, int, float*, const Shape&, float,
+                     cudaStream_t)>
       forward;
-  std::function<void(const bf16*, const bf16*, const bf16*, int, const bf16*, const bf16*, int, const float*, bf16*,
-                     bf16*, bf16*, int, const Shape&, float, void*, cudaStream_t)>
+  std::function<void(const bf16*, const bf16*, const bf16*, int, const bf16*, const bf16*, int, const float*,
+                     bf16*, bf16*, bf16*, int, const Shape&, float, void*, cudaStream_t)>
       backward;
 };
 
 Launchers public_launchers() {
-  return Launchers{
-      [](const bf16* q, const bf16* k, const bf16* v, int ld, bf16* out, int ld_out, float* lse, const Shape& s,
-         float scale, cudaStream_t st) { attention_forward(q, k, v, ld, out, ld_out, lse, s.B, s.T, s.H, s.D, scale, st); },
-      [](const bf16* q, const bf16* k, const bf16* v, int ld, const bf16* out, const bf16* dout, int ld_out,
-         const float* lse, bf16* dq, bf16* dk, bf16* dv, int ld_d, const Shape& s, float scale, void* ws,
-         cudaStream_t st) {
-        attention_backward(q, k, v, ld, out, dout, ld_out, lse, dq, dk, dv, ld_d, s.B, s.T, s.H, s.D, scale, ws, st);
-      }};
+  return Launchers{[](const bf16* q, const bf16* k, const bf16* v, int ld, bf16* out, int ld_out, float* lse,
+                      const Shape& s, float scale, cudaStream_t st) {
+                     attention_forward(q, k, v, ld, out, ld_out, lse, s.B, s.T, s.H, s.D, scale, st);
+                   },
+                   [](const bf16* q, const bf16* k, const bf16* v, int ld, const bf16* out, const bf16* dout,
+                      int ld_out, const float* lse, bf16* dq, bf16* dk, bf16* dv, int ld_d, const Shape& s,
+                      float scale, void* ws, cudaStream_t st) {
+                     attention_backward(q, k, v, ld, out, dout, ld_out, lse, dq, dk, dv, ld_d, s.B, s.T, s.H,
+                                        s.D, scale, ws, st);
+                   }};
 }
 
 Launchers variant_launchers(const attn::FwdVariant& fv, const attn::BwdVariant& bv) {
   return Launchers{
-      [&fv](const bf16* q, const bf16* k, const bf16* v, int ld, bf16* out, int ld_out, float* lse, const Shape& s,
-            float scale, cudaStream_t st) {
+      [&fv](const bf16* q, const bf16* k, const bf16* v, int ld, bf16* out, int ld_out, float* lse,
+            const Shape& s, float scale, cudaStream_t st) {
         fv.launch(attn::FwdParams{q, k, v, ld, out, ld_out, lse, s.B, s.T, s.H, scale * attn::kLog2e}, st);
       },
-      [&bv](const bf16* q, const bf16* k, const bf16* v, int ld, const bf16* out, const bf16* dout, int ld_out,
-            const float* lse, bf16* dq, bf16* dk, bf16* dv, int ld_d, const Shape& s, float scale, void* ws,
-            cudaStream_t st) {
-        bv.launch(attn::make_bwd_args(q, k, v, ld, out, dout, ld_out, lse, dq, dk, dv, ld_d, s.B, s.T, s.H, s.D, scale,
-                                      ws),
+      [&bv](const bf16* q, const bf16* k, const bf16* v, int ld, const bf16* out, const bf16* dout,
+            int ld_out, const float* lse, bf16* dq, bf16* dk, bf16* dv, int ld_d, const Shape& s, float scale,
+            void* ws, cudaStream_t st) {
+        bv.launch(attn::make_bwd_args(q, k, v, ld, out, dout, ld_out, lse, dq, dk, dv, ld_d, s.B, s.T, s.H,
+                                      s.D, scale, ws),
                   st);
       }};
 }
@@ -231,8 +238,9 @@ class DeviceProblem {
     Stream stream;
     const bf16* q = qkv_.data();
     l.forward(q, q + hd_, q + 2 * hd_, ld_qkv_, out_.data(), ld_out_, lse_.data(), s_, scale, stream.get());
-    l.backward(q, q + hd_, q + 2 * hd_, ld_qkv_, out_.data(), dout_.data(), ld_out_, lse_.data(), dqkv_.data(),
-               dqkv_.data() + hd_, dqkv_.data() + 2 * hd_, ld_dqkv_, s_, scale, ws_.data(), stream.get());
+    l.backward(q, q + hd_, q + 2 * hd_, ld_qkv_, out_.data(), dout_.data(), ld_out_, lse_.data(),
+               dqkv_.data(), dqkv_.data() + hd_, dqkv_.data() + 2 * hd_, ld_dqkv_, s_, scale, ws_.data(),
+               stream.get());
     FP4_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
     return read_back();
   }
@@ -243,8 +251,9 @@ class DeviceProblem {
     dqkv_.upload(poison.data(), poison.size());
     const float scale = 1.f / std::sqrt(static_cast<float>(s_.D));
     const bf16* q = qkv_.data();
-    l.backward(q, q + hd_, q + 2 * hd_, ld_qkv_, out_.data(), dout_.data(), ld_out_, lse_.data(), dqkv_.data(),
-               dqkv_.data() + hd_, dqkv_.data() + 2 * hd_, ld_dqkv_, s_, scale, ws_.data(), nullptr);
+    l.backward(q, q + hd_, q + 2 * hd_, ld_qkv_, out_.data(), dout_.data(), ld_out_, lse_.data(),
+               dqkv_.data(), dqkv_.data() + hd_, dqkv_.data() + 2 * hd_, ld_dqkv_, s_, scale, ws_.data(),
+               nullptr);
     FP4_CUDA_CHECK(cudaDeviceSynchronize());
     return read_back();
   }
@@ -256,11 +265,13 @@ class DeviceProblem {
       for (int t = 0; t < s_.T; ++t)
         for (int h = 0; h < s_.H; ++h)
           for (int d = 0; d < s_.D; ++d)
-            f(static_cast<int64_t>(b) * s_.T + t, h * s_.D + d, ((static_cast<size_t>(b) * s_.T + t) * s_.H + h) * s_.D + d);
+            f(static_cast<int64_t>(b) * s_.T + t, h * s_.D + d,
+              ((static_cast<size_t>(b) * s_.T + t) * s_.H + h) * s_.D + d);
   }
 
   void poison() {
-    const std::vector<bf16> p_out(out_.size(), from_bits(kPoisonBits)), p_dqkv(dqkv_.size(), from_bits(kPoisonBits));
+    const std::vector<bf16> p_out(out_.size(), from_bits(kPoisonBits)),
+        p_dqkv(dqkv_.size(), from_bits(kPoisonBits));
     out_.upload(p_out.data(), p_out.size());
     dqkv_.upload(p_dqkv.data(), p_dqkv.size());
     const std::vector<float> p_lse(lse_.size(), std::numeric_limits<float>::quiet_NaN());
@@ -330,7 +341,8 @@ struct Case {
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << describe(c.s) << " pads qkv/out/dqkv " << c.lay.qkv_pad << "/" << c.lay.out_pad << "/" << c.lay.dqkv_pad;
+  *os << describe(c.s) << " pads qkv/out/dqkv " << c.lay.qkv_pad << "/" << c.lay.out_pad << "/"
+      << c.lay.dqkv_pad;
 }
 
 class AttentionShapes : public ::testing::TestWithParam<Case> {};
@@ -346,18 +358,20 @@ TEST_P(AttentionShapes, MatchesDoubleReference) {
 
 // T = 1, tile remainders (17, 100, 1000), exact tiles (64, 128, 256), B 1..3, H 1..4, both head sizes; the
 // padded layouts put NaN in every column the kernels must not read.
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, AttentionShapes,
-    ::testing::Values(Case{{1, 1, 1, 64}, {}}, Case{{2, 1, 4, 128}, {}}, Case{{1, 17, 2, 64}, {}},
-                      Case{{1, 17, 1, 128}, {8, 8, 8}}, Case{{2, 100, 3, 64}, {8, 16, 24}},
-                      Case{{2, 100, 2, 128}, {}}, Case{{1, 64, 1, 64}, {}}, Case{{1, 128, 2, 128}, {}},
-                      Case{{3, 256, 4, 64}, {}}, Case{{3, 256, 2, 128}, {0, 8, 0}}, Case{{1, 1000, 2, 64}, {}},
-                      Case{{1, 1000, 1, 128}, {16, 0, 8}}, Case{{2, 193, 3, 64}, {}}, Case{{1, 333, 2, 128}, {}}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      const Case& c = info.param;
-      return "B" + std::to_string(c.s.B) + "T" + std::to_string(c.s.T) + "H" + std::to_string(c.s.H) + "D" +
-             std::to_string(c.s.D) + (c.lay.qkv_pad + c.lay.out_pad + c.lay.dqkv_pad > 0 ? "Padded" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionShapes,
+                         ::testing::Values(Case{{1, 1, 1, 64}, {}}, Case{{2, 1, 4, 128}, {}},
+                                           Case{{1, 17, 2, 64}, {}}, Case{{1, 17, 1, 128}, {8, 8, 8}},
+                                           Case{{2, 100, 3, 64}, {8, 16, 24}}, Case{{2, 100, 2, 128}, {}},
+                                           Case{{1, 64, 1, 64}, {}}, Case{{1, 128, 2, 128}, {}},
+                                           Case{{3, 256, 4, 64}, {}}, Case{{3, 256, 2, 128}, {0, 8, 0}},
+                                           Case{{1, 1000, 2, 64}, {}}, Case{{1, 1000, 1, 128}, {16, 0, 8}},
+                                           Case{{2, 193, 3, 64}, {}}, Case{{1, 333, 2, 128}, {}}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           const Case& c = info.param;
+                           return "B" + std::to_string(c.s.B) + "T" + std::to_string(c.s.T) + "H" +
+                                  std::to_string(c.s.H) + "D" + std::to_string(c.s.D) +
+                                  (c.lay.qkv_pad + c.lay.out_pad + c.lay.dqkv_pad > 0 ? "Padded" : "");
+                         });
 
 // Every compiled tile configuration (not only the defaults the entry points use) on ragged shapes.
 TEST(AttentionVariants, EveryTileConfigurationMatchesReference) {
@@ -381,8 +395,8 @@ TEST(AttentionVariants, EveryTileConfigurationMatchesReference) {
 }
 
 // The wgmma backward (the default on Hopper) on the shapes that stress its tiling: 128-key CTAs of two
-// 64-key warpgroups and 64-query steps, so T = 1, T just under / at / over 64 and 128, odd T, several B and H,
-// padded layouts; each compared with the double reference and with the mma.sync fallback kernel.
+// 64-key warpgroups and 64-query steps, so T = 1, T just under / at / over 64 and 128, odd T, several B and
+// H, padded layouts; each compared with the double reference and with the mma.sync fallback kernel.
 TEST(AttentionWgmma, BackwardMatchesReferenceAndFallback) {
   if (!attn::device_has_wgmma()) GTEST_SKIP() << "no sm_90 device";
   for (const attn::BwdVariant& bv : attn::backward_variants()) {
@@ -397,16 +411,21 @@ TEST(AttentionWgmma, BackwardMatchesReferenceAndFallback) {
                          Case{{2, 129, 1, D}, {0, 16, 8}}, Case{{1, 191, 2, D}, {}}, Case{{2, 256, 2, D}, {}},
                          Case{{1, 555, 1, D}, {}}, Case{{1, 1024, 2, D}, {}}}) {
       SCOPED_TRACE(describe(c.s) + " " + bv.name);
-      const Inputs in = make_inputs(c.s, 3100u + static_cast<uint32_t>(c.s.T * 7 + c.s.B * 3 + c.s.H + D), 1.f);
+      const Inputs in =
+          make_inputs(c.s, 3100u + static_cast<uint32_t>(c.s.T * 7 + c.s.B * 3 + c.s.H + D), 1.f);
       const Reference ref = reference_attention(in);
       DeviceProblem dev(in, c.lay);
       const GpuResult fast = dev.run(variant_launchers(attn::default_forward_variant(D), bv));
       expect_matches(fast, ref);
       const GpuResult slow = dev.run(variant_launchers(attn::default_forward_variant(D), *fallback));
-      // Same products in another order: the two kernels agree far more closely than either with the reference.
-      EXPECT_LT(rel_error(fast.dk, std::vector<double>(slow.dk.begin(), slow.dk.end())), 5e-3) << "dk vs fallback";
-      EXPECT_LT(rel_error(fast.dv, std::vector<double>(slow.dv.begin(), slow.dv.end())), 5e-3) << "dv vs fallback";
-      EXPECT_LT(rel_error(fast.dq, std::vector<double>(slow.dq.begin(), slow.dq.end())), 5e-3) << "dq vs fallback";
+      // Same products in another order: the two kernels agree far more closely than either with the
+      // reference.
+      EXPECT_LT(rel_error(fast.dk, std::vector<double>(slow.dk.begin(), slow.dk.end())), 5e-3)
+          << "dk vs fallback";
+      EXPECT_LT(rel_error(fast.dv, std::vector<double>(slow.dv.begin(), slow.dv.end())), 5e-3)
+          << "dv vs fallback";
+      EXPECT_LT(rel_error(fast.dq, std::vector<double>(slow.dq.begin(), slow.dq.end())), 5e-3)
+          << "dq vs fallback";
     }
   }
 }
@@ -486,13 +505,14 @@ TEST(AttentionWgmmaPipe, BackwardMatchesReferenceMmaKernelAndRepeats) {
     ASSERT_NE(kinds.pipe, nullptr) << "D=" << D;
     ASSERT_NE(kinds.mma, nullptr) << "D=" << D;
     const attn::FwdVariant& fv = attn::default_forward_variant(D);
-    for (const PipeCase pc :
-         {PipeCase{{{1, 1, 1, D}, {}}, 1.f}, PipeCase{{{3, 5, 2, D}, {8, 8, 8}}, 1.f}, PipeCase{{{2, 40, 3, D}, {}}, 1.f},
-          PipeCase{{{1, 63, 1, D}, {}}, 1.f}, PipeCase{{{2, 64, 2, D}, {}}, 1.f}, PipeCase{{{1, 65, 1, D}, {0, 8, 16}}, 1.f},
-          PipeCase{{{2, 100, 3, D}, {}}, 1.f}, PipeCase{{{1, 127, 2, D}, {}}, 1.f}, PipeCase{{{1, 129, 1, D}, {}}, 1.f},
-          PipeCase{{{2, 192, 2, D}, {8, 0, 0}}, 1.f}, PipeCase{{{1, 200, 1, D}, {}}, 4.f},
-          PipeCase{{{2, 320, 2, D}, {}}, 1.f}, PipeCase{{{1, 449, 3, D}, {}}, 1.f}, PipeCase{{{1, 700, 2, D}, {}}, 4.f},
-          PipeCase{{{1, 1201, 1, D}, {}}, 1.f}}) {
+    for (const PipeCase pc : {PipeCase{{{1, 1, 1, D}, {}}, 1.f}, PipeCase{{{3, 5, 2, D}, {8, 8, 8}}, 1.f},
+                              PipeCase{{{2, 40, 3, D}, {}}, 1.f}, PipeCase{{{1, 63, 1, D}, {}}, 1.f},
+                              PipeCase{{{2, 64, 2, D}, {}}, 1.f}, PipeCase{{{1, 65, 1, D}, {0, 8, 16}}, 1.f},
+                              PipeCase{{{2, 100, 3, D}, {}}, 1.f}, PipeCase{{{1, 127, 2, D}, {}}, 1.f},
+                              PipeCase{{{1, 129, 1, D}, {}}, 1.f}, PipeCase{{{2, 192, 2, D}, {8, 0, 0}}, 1.f},
+                              PipeCase{{{1, 200, 1, D}, {}}, 4.f}, PipeCase{{{2, 320, 2, D}, {}}, 1.f},
+                              PipeCase{{{1, 449, 3, D}, {}}, 1.f}, PipeCase{{{1, 700, 2, D}, {}}, 4.f},
+                              PipeCase{{{1, 1201, 1, D}, {}}, 1.f}}) {
       const Case& c = pc.c;
       const uint32_t seed = 9300u + static_cast<uint32_t>(c.s.T * 11 + c.s.B * 7 + c.s.H * 5 + D);
       SCOPED_TRACE(describe(c.s) + " qk_std=" + std::to_string(pc.qk_std) + " seed=" + std::to_string(seed));
@@ -582,7 +602,8 @@ TEST(AttentionCuda, IsCausal) {
         for (int d = 0; d < s.D; ++d) {
           const size_t i = base.at(b, t, h, d);
           if (t >= t0) {
-            changed.k[i] = round_bf16(-4.f * base.q[base.at(b, t0 - 1, h, d)]);  // score ~ +32 with query t0-1
+            changed.k[i] =
+                round_bf16(-4.f * base.q[base.at(b, t0 - 1, h, d)]);  // score ~ +32 with query t0-1
             changed.v[i] = 100.f;
           } else {
             changed.q[i] = round_bf16(-base.q[i]);
@@ -630,7 +651,9 @@ TEST(AttentionCuda, BackwardReusesWorkspace) {
 
 // ---- wgmma forward (attention_fwd_wgmma.cuh) ----
 
-std::vector<double> as_double(const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); }
+std::vector<double> as_double(const std::vector<float>& x) {
+  return std::vector<double>(x.begin(), x.end());
+}
 
 // The mma.sync forward for D (the fallback), which the wgmma configurations are compared with.
 const attn::FwdVariant& mma_forward_variant(int D) {
@@ -663,14 +686,16 @@ TEST(AttentionWgmmaForward, MatchesReferenceAndFallback) {
   for (const int D : {64, 128}) {
     const attn::FwdVariant& slow_fv = mma_forward_variant(D);
     const attn::BwdVariant& bv = attn::default_backward_variant(D);
-    for (const FwdCase fc :
-         {FwdCase{{{1, 1, 1, D}, {}}, 1.f}, FwdCase{{{2, 1, 3, D}, {8, 8, 8}}, 1.f}, FwdCase{{{2, 17, 3, D}, {}}, 1.f},
-          FwdCase{{{1, 63, 2, D}, {}}, 1.f}, FwdCase{{{1, 64, 1, D}, {8, 16, 0}}, 1.f}, FwdCase{{{2, 65, 2, D}, {}}, 1.f},
-          FwdCase{{{3, 127, 2, D}, {}}, 1.f}, FwdCase{{{1, 128, 1, D}, {16, 8, 8}}, 1.f},
-          FwdCase{{{2, 129, 1, D}, {}}, 1.f}, FwdCase{{{1, 191, 2, D}, {}}, 1.f}, FwdCase{{{2, 192, 1, D}, {}}, 1.f},
-          FwdCase{{{1, 193, 3, D}, {}}, 1.f}, FwdCase{{{2, 255, 1, D}, {}}, 1.f}, FwdCase{{{1, 256, 2, D}, {}}, 1.f},
-          FwdCase{{{1, 257, 1, D}, {0, 8, 0}}, 1.f}, FwdCase{{{2, 383, 2, D}, {}}, 1.f},
-          FwdCase{{{1, 385, 1, D}, {}}, 4.f}, FwdCase{{{2, 333, 2, D}, {}}, 4.f}, FwdCase{{{1, 1100, 2, D}, {}}, 1.f}}) {
+    for (const FwdCase fc : {FwdCase{{{1, 1, 1, D}, {}}, 1.f}, FwdCase{{{2, 1, 3, D}, {8, 8, 8}}, 1.f},
+                             FwdCase{{{2, 17, 3, D}, {}}, 1.f}, FwdCase{{{1, 63, 2, D}, {}}, 1.f},
+                             FwdCase{{{1, 64, 1, D}, {8, 16, 0}}, 1.f}, FwdCase{{{2, 65, 2, D}, {}}, 1.f},
+                             FwdCase{{{3, 127, 2, D}, {}}, 1.f}, FwdCase{{{1, 128, 1, D}, {16, 8, 8}}, 1.f},
+                             FwdCase{{{2, 129, 1, D}, {}}, 1.f}, FwdCase{{{1, 191, 2, D}, {}}, 1.f},
+                             FwdCase{{{2, 192, 1, D}, {}}, 1.f}, FwdCase{{{1, 193, 3, D}, {}}, 1.f},
+                             FwdCase{{{2, 255, 1, D}, {}}, 1.f}, FwdCase{{{1, 256, 2, D}, {}}, 1.f},
+                             FwdCase{{{1, 257, 1, D}, {0, 8, 0}}, 1.f}, FwdCase{{{2, 383, 2, D}, {}}, 1.f},
+                             FwdCase{{{1, 385, 1, D}, {}}, 4.f}, FwdCase{{{2, 333, 2, D}, {}}, 4.f},
+                             FwdCase{{{1, 1100, 2, D}, {}}, 1.f}}) {
       const Case& c = fc.c;
       const uint32_t seed = 7100u + static_cast<uint32_t>(c.s.T * 13 + c.s.B * 5 + c.s.H * 3 + D);
       SCOPED_TRACE(describe(c.s) + " qk_std=" + std::to_string(fc.qk_std) + " seed=" + std::to_string(seed));
@@ -716,8 +741,10 @@ TEST(AttentionWgmmaForward, DefaultOnHopperAndEnvironmentFallback) {
     const attn::BwdVariant& bv = attn::default_backward_variant(D);
     const GpuResult public_fast = dev.run(public_launchers());
     const GpuResult again = dev.run(public_launchers());
-    EXPECT_EQ(public_fast.out, dev.run(variant_launchers(fast_fv, bv)).out) << "entry point is not the wgmma kernel";
-    EXPECT_EQ(public_mma.out, dev.run(variant_launchers(slow_fv, bv)).out) << "FP4_ATTENTION_FWD=mma is ignored";
+    EXPECT_EQ(public_fast.out, dev.run(variant_launchers(fast_fv, bv)).out)
+        << "entry point is not the wgmma kernel";
+    EXPECT_EQ(public_mma.out, dev.run(variant_launchers(slow_fv, bv)).out)
+        << "FP4_ATTENTION_FWD=mma is ignored";
     EXPECT_EQ(public_fast.out, again.out) << "two runs differ";
     EXPECT_EQ(public_fast.lse, again.lse) << "two runs differ";
     expect_matches(public_fast, reference_attention(in));
@@ -729,15 +756,19 @@ TEST(AttentionCuda, RejectsBadArguments) {
   DeviceBuffer<float> lse(64);
   bf16* p = buf.data();
   const int ld = 3 * 64;
-  EXPECT_THROW(attention_forward(p, p, p, ld, p, ld, lse.data(), 1, 4, 1, 96, 0.1f, nullptr), Error);   // D
+  EXPECT_THROW(attention_forward(p, p, p, ld, p, ld, lse.data(), 1, 4, 1, 96, 0.1f, nullptr), Error);    // D
   EXPECT_THROW(attention_forward(p, p, p, ld, p, ld, lse.data(), 0, 4, 1, 64, 0.125f, nullptr), Error);  // B
-  EXPECT_THROW(attention_forward(p, p, p, 60, p, ld, lse.data(), 1, 4, 1, 64, 0.125f, nullptr), Error);  // ld < HD
-  EXPECT_THROW(attention_forward(p, p, p, 68, p, ld, lse.data(), 1, 4, 1, 64, 0.125f, nullptr), Error);  // ld % 8
-  EXPECT_THROW(attention_forward(p + 1, p, p, ld, p, ld, lse.data(), 1, 4, 1, 64, 0.125f, nullptr), Error);  // align
-  EXPECT_THROW(attention_forward(p, p, p, ld, p, ld, nullptr, 1, 4, 1, 64, 0.125f, nullptr), Error);       // lse
-  EXPECT_THROW(attention_forward(p, p, p, ld, p, ld, lse.data(), 1, 4, 1, 64, -1.f, nullptr), Error);      // scale
-  EXPECT_THROW(attention_backward(p, p, p, ld, p, p, ld, lse.data(), p, p, p, ld, 1, 4, 1, 64, 0.125f, nullptr,
-                                  nullptr),
+  EXPECT_THROW(attention_forward(p, p, p, 60, p, ld, lse.data(), 1, 4, 1, 64, 0.125f, nullptr),
+               Error);  // ld < HD
+  EXPECT_THROW(attention_forward(p, p, p, 68, p, ld, lse.data(), 1, 4, 1, 64, 0.125f, nullptr),
+               Error);  // ld % 8
+  EXPECT_THROW(attention_forward(p + 1, p, p, ld, p, ld, lse.data(), 1, 4, 1, 64, 0.125f, nullptr),
+               Error);                                                                                // align
+  EXPECT_THROW(attention_forward(p, p, p, ld, p, ld, nullptr, 1, 4, 1, 64, 0.125f, nullptr), Error);  // lse
+  EXPECT_THROW(attention_forward(p, p, p, ld, p, ld, lse.data(), 1, 4, 1, 64, -1.f, nullptr),
+               Error);  // scale
+  EXPECT_THROW(attention_backward(p, p, p, ld, p, p, ld, lse.data(), p, p, p, ld, 1, 4, 1, 64, 0.125f,
+                                  nullptr, nullptr),
                Error);  // workspace
   EXPECT_THROW(attention_backward_workspace_bytes(1, 4, 1, 32), Error);
 }

@@ -64,14 +64,17 @@ std::string first_difference(const Tensors& a, const Tensors& b) {
     const auto& x = a[i].second;
     const auto& y = b[i].second;
     total += x.size();
-    if (x.size() != y.size()) return a[i].first + ": " + std::to_string(x.size()) + " vs " + std::to_string(y.size());
+    if (x.size() != y.size())
+      return a[i].first + ": " + std::to_string(x.size()) + " vs " + std::to_string(y.size());
     size_t here = 0;
     for (size_t j = 0; j < x.size(); ++j) {
       if (std::memcmp(&x[j], &y[j], sizeof(float)) == 0) continue;
-      if (first.empty()) first = a[i].first + "[" + std::to_string(j) + "] = " + show(x[j]) + " vs " + show(y[j]);
+      if (first.empty())
+        first = a[i].first + "[" + std::to_string(j) + "] = " + show(x[j]) + " vs " + show(y[j]);
       ++here;
     }
-    if (here > 0) names += " " + a[i].first + "(" + std::to_string(here) + "/" + std::to_string(x.size()) + ")";
+    if (here > 0)
+      names += " " + a[i].first + "(" + std::to_string(here) + "/" + std::to_string(x.size()) + ")";
     differ += here;
   }
   if (differ == 0) return "";
@@ -92,12 +95,14 @@ void set_overlap(TrainingEngine& e, bool on) {
   ASSERT_EQ(o->overlap(), on);
 }
 
-void log_line(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
+void log_line(const std::string& line) {
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
 
 // Same loss and norm bits, same gradients (as the step left them) and same parameters after it;
 // returns whether all were the same.
-bool expect_same_step(const StepStats& a, const StepStats& b, const TrainingEngine& ea, const TrainingEngine& eb,
-                      const std::string& what) {
+bool expect_same_step(const StepStats& a, const StepStats& b, const TrainingEngine& ea,
+                      const TrainingEngine& eb, const std::string& what) {
   const std::string grads = first_difference(read_all(ea, true), read_all(eb, true));
   const std::string values = first_difference(read_all(ea, false), read_all(eb, false));
   EXPECT_EQ(a.loss, b.loss) << what << ": loss";
@@ -105,7 +110,8 @@ bool expect_same_step(const StepStats& a, const StepStats& b, const TrainingEngi
   EXPECT_EQ(a.tokens, b.tokens) << what << ": tokens";
   EXPECT_EQ(grads, "") << what << ": gradients";
   EXPECT_EQ(values, "") << what << ": parameters";
-  return a.loss == b.loss && a.grad_norm == b.grad_norm && a.tokens == b.tokens && grads.empty() && values.empty();
+  return a.loss == b.loss && a.grad_norm == b.grad_norm && a.tokens == b.tokens && grads.empty() &&
+         values.empty();
 }
 
 // The premise of every bit-identity below: two CUDA engines of one seed give the same bits on the same
@@ -138,7 +144,8 @@ TEST(DistCuda, PlainEnginesOfOneSeedAreBitIdentical) {
       EXPECT_EQ(first_difference(grads_a, read_all(*b, true)), "") << what << ": gradients, engine a vs b";
       const StepStats ga2 = pa->compute_gradients(one);
       EXPECT_EQ(ga.loss, ga2.loss) << what << ": loss, engine a run to run";
-      EXPECT_EQ(first_difference(grads_a, read_all(*a, true)), "") << what << ": gradients, engine a run to run";
+      EXPECT_EQ(first_difference(grads_a, read_all(*a, true)), "")
+          << what << ": gradients, engine a run to run";
       StepHyper h;
       h.lr = 3e-3f;
       for (int step = 0; step < 2; ++step) {
@@ -235,9 +242,15 @@ class TwinCommunicator final : public Communicator {
 
   void all_reduce_sum(void* data, int64_t count, CommType type, void* stream) override {
     switch (type) {
-      case CommType::kF32: launch(static_cast<float*>(data), count, stream); break;
-      case CommType::kF64: launch(static_cast<double*>(data), count, stream); break;
-      case CommType::kI64: launch(static_cast<int64_t*>(data), count, stream); break;
+      case CommType::kF32:
+        launch(static_cast<float*>(data), count, stream);
+        break;
+      case CommType::kF64:
+        launch(static_cast<double*>(data), count, stream);
+        break;
+      case CommType::kI64:
+        launch(static_cast<int64_t*>(data), count, stream);
+        break;
     }
   }
   void reduce_scatter_sum(float* data, std::span<const IndexRange> ranges, void* stream) override {
@@ -245,7 +258,9 @@ class TwinCommunicator final : public Communicator {
     ++reductions_;
     launch(data + ranges[0].begin, ranges[0].size(), stream);
   }
-  void all_gather(float*, std::span<const IndexRange> ranges, void*) override { ASSERT_EQ(ranges.size(), 1u); }
+  void all_gather(float*, std::span<const IndexRange> ranges, void*) override {
+    ASSERT_EQ(ranges.size(), 1u);
+  }
   void host_all_reduce_sum(void* data, int64_t count, CommType type) override {
     for (int64_t i = 0; i < count; ++i) {
       if (type == CommType::kF32) static_cast<float*>(data)[i] *= 2;
@@ -288,8 +303,8 @@ TEST(DistCuda, OverlappedReductionsWaitForTheirBucketAndTheOptimizerWaitsForThem
       StepHyper h;
       h.lr = 3e-3f;
       h.grad_clip = 1e9f;  // the gradient's size reaches the weights (not only its direction)
-      const std::string where =
-          std::string(recipe_name) + ", spin " + std::to_string(spin_ns) + " ns, seed " + std::to_string(seed);
+      const std::string where = std::string(recipe_name) + ", spin " + std::to_string(spin_ns) +
+                                " ns, seed " + std::to_string(seed);
       for (int step = 0; step < 3; ++step) {
         std::vector<Batch> micro;
         for (int m = 0; m < 3; ++m) micro.push_back(random_batch(rng, 8, 48, cfg.vocab_real));
@@ -297,9 +312,11 @@ TEST(DistCuda, OverlappedReductionsWaitForTheirBucketAndTheOptimizerWaitsForThem
         const StepStats b = off->train_step(micro, h);
         // One reduction per bucket and step, however many micro-batches.
         EXPECT_EQ(twin_on.reductions(), buckets * (step + 1)) << where << ", step " << step << ", overlap on";
-        EXPECT_EQ(twin_off.reductions(), buckets * (step + 1)) << where << ", step " << step << ", overlap off";
+        EXPECT_EQ(twin_off.reductions(), buckets * (step + 1))
+            << where << ", step " << step << ", overlap off";
         // The gradients as the twin left them (doubled once) and the updated weights.
-        if (!expect_same_step(a, b, *on, *off, where + ", step " + std::to_string(step) + ", overlap on vs off"))
+        if (!expect_same_step(a, b, *on, *off,
+                              where + ", step " + std::to_string(step) + ", overlap on vs off"))
           break;  // the first step that differs is the one to read
       }
     }
@@ -321,7 +338,8 @@ TEST(DistCuda, OverlappedStepLeavesTheReducedGradient) {
   twin_engine->set_data_parallel({&twin, {{0, parameter_count(*twin_engine)}}});
   set_overlap(*twin_engine, true);
   std::mt19937_64 rng(seed);
-  const std::vector<Batch> micro = {random_batch(rng, 2, 64, cfg.vocab_real), random_batch(rng, 2, 64, cfg.vocab_real)};
+  const std::vector<Batch> micro = {random_batch(rng, 2, 64, cfg.vocab_real),
+                                    random_batch(rng, 2, 64, cfg.vocab_real)};
   StepHyper h;
   auto* probe = dynamic_cast<GradientProbe*>(plain.get());
   ASSERT_NE(probe, nullptr);

@@ -74,22 +74,21 @@ TEST_P(CudaInferenceForward, EveryPromptLengthFrom1To40) {
 
 INSTANTIATE_TEST_SUITE_P(
     Recipes, CudaInferenceForward,
-    ::testing::Values(CudaCase{"bf16", "bf16", {}}, CudaCase{"nvidia_nvfp4", "nvidia-nvfp4", {}},
-                      CudaCase{"tetrajet_v2_base", "tetrajet-v2-base", {}},
-                      CudaCase{"tetrajet_v2_base_out_control",
-                               "tetrajet-v2-base",
-                               {"out_control.enabled=true", "out_control.round_to=16",
-                                "out_control.calib_start=1", "out_control.calib_steps=1"}},
-                      // Every other preset the CUDA engine runs, and Q-Attn on its own.
-                      CudaCase{"nvidia_nvfp4_bf16tail", "nvidia-nvfp4-bf16tail", {}},
-                      CudaCase{"tetrajet_v2",
-                               "tetrajet-v2",
-                               {"out_control.calib_start=1", "out_control.calib_steps=1"}},
-                      CudaCase{"tetrajet_v2_memeff", "tetrajet-v2-memeff", {}},
-                      CudaCase{"tetrajet_v2_qadamw", "tetrajet-v2-qadamw", {}},
-                      CudaCase{"tetrajet_v2_qroot", "tetrajet-v2-qroot", {}},
-                      CudaCase{"tetrajet_v2_lorasvd", "tetrajet-v2-lorasvd", {"lora_svd.realign_every=1"}},
-                      CudaCase{"q_attn", "tetrajet-v2-base", {"attention.q_attn=true"}}),
+    ::testing::Values(
+        CudaCase{"bf16", "bf16", {}}, CudaCase{"nvidia_nvfp4", "nvidia-nvfp4", {}},
+        CudaCase{"tetrajet_v2_base", "tetrajet-v2-base", {}},
+        CudaCase{"tetrajet_v2_base_out_control",
+                 "tetrajet-v2-base",
+                 {"out_control.enabled=true", "out_control.round_to=16", "out_control.calib_start=1",
+                  "out_control.calib_steps=1"}},
+        // Every other preset the CUDA engine runs, and Q-Attn on its own.
+        CudaCase{"nvidia_nvfp4_bf16tail", "nvidia-nvfp4-bf16tail", {}},
+        CudaCase{"tetrajet_v2", "tetrajet-v2", {"out_control.calib_start=1", "out_control.calib_steps=1"}},
+        CudaCase{"tetrajet_v2_memeff", "tetrajet-v2-memeff", {}},
+        CudaCase{"tetrajet_v2_qadamw", "tetrajet-v2-qadamw", {}},
+        CudaCase{"tetrajet_v2_qroot", "tetrajet-v2-qroot", {}},
+        CudaCase{"tetrajet_v2_lorasvd", "tetrajet-v2-lorasvd", {"lora_svd.realign_every=1"}},
+        CudaCase{"q_attn", "tetrajet-v2-base", {"attention.q_attn=true"}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

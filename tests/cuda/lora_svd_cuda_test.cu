@@ -20,15 +20,15 @@
 #include "core/error.h"
 #include "model/cpu_engine.h"
 #include "model/cuda/cuda_engine.h"
-#include "optim/cuda/device_adamw.h"
-#include "nn/cuda/device_params.h"
 #include "model/cuda/lora_svd_realigner.h"
 #include "model/state_index.h"
+#include "nn/cuda/device_params.h"
 #include "nn/cuda/lora_svd_linear_cuda.h"
 #include "nn/lora_svd.h"
 #include "nn/lora_svd_linear.h"
 #include "numerics/formats.h"
 #include "ops/ops.h"
+#include "optim/cuda/device_adamw.h"
 #include "optim/root_optimizer.h"
 #include "optimizer_test_util.h"
 #include "recipe/recipe_io.h"
@@ -368,8 +368,8 @@ bool all_zero(const std::vector<float>& v) {
 // that ROOT steps.
 std::vector<std::vector<float>> moments_of(const std::vector<StateTensor>& state, const std::string& name) {
   std::vector<std::vector<float>> out;
-  for (const std::string prefix : {std::string(kAdamMomentPrefix[0]), std::string(kAdamMomentPrefix[1]),
-                                   std::string(kRootMomentPrefix)})
+  for (const std::string prefix :
+       {std::string(kAdamMomentPrefix[0]), std::string(kAdamMomentPrefix[1]), std::string(kRootMomentPrefix)})
     for (const StateTensor& t : state)
       if (t.name == prefix + name) out.push_back(state_f32(state, t.name));
   if (out.empty()) ADD_FAILURE() << "no moment tensor of " << name;
@@ -426,8 +426,8 @@ TEST_P(LoraSvdCudaEngine, TinyModelTrainsThroughRealignmentsAndItsStateMovesToTh
       EXPECT_FALSE(moments_zero(s, lora_l1_name(w)));
     }
   }
-  std::cout << "tiny tetrajet-v2-lorasvd with " << optimizer << " on CUDA: loss " << l.front() << " -> " << l[9]
-            << " (step 10) -> " << l.back() << " (CPU first step " << cpu_first << ")\n";
+  std::cout << "tiny tetrajet-v2-lorasvd with " << optimizer << " on CUDA: loss " << l.front() << " -> "
+            << l[9] << " (step 10) -> " << l.back() << " (CPU first step " << cpu_first << ")\n";
   EXPECT_LT(l.back(), l.front() - 1.0);
   EXPECT_NEAR(l.front(), cpu_first, 2e-2 * cpu_first);
   // A realignment keeps W_eff (only W_res's quantization moves): the step after the first one is at most

@@ -80,7 +80,8 @@ inline ModelConfig small64_config() {
 // b rows of t uniform random tokens and targets from the model's real vocabulary.
 inline Batch random_batch(std::mt19937& rng, const ModelConfig& cfg, int b, int t) {
   std::uniform_int_distribution<int> tok(0, cfg.vocab_real - 1);
-  Batch batch{b, t, std::vector<int32_t>(static_cast<size_t>(b) * t), std::vector<int32_t>(static_cast<size_t>(b) * t)};
+  Batch batch{b, t, std::vector<int32_t>(static_cast<size_t>(b) * t),
+              std::vector<int32_t>(static_cast<size_t>(b) * t)};
   for (auto& x : batch.tokens) x = tok(rng);
   for (auto& x : batch.targets) x = tok(rng);
   return batch;

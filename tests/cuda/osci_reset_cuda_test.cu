@@ -50,7 +50,6 @@ Batch token_batch(std::mt19937& rng, const ModelConfig& cfg) {
   return batch;
 }
 
-
 std::vector<float> read_weight(const TrainingEngine& e, const OsciTarget& t) {
   std::vector<float> v(static_cast<size_t>(t.rows * t.cols));
   e.read_parameter(t.name, v);

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cmath>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -46,7 +46,8 @@ Recipe out_control_recipe(int start, int steps) {
 
 OutControl& out_control_of(TrainingEngine& e) {
   auto* src = dynamic_cast<OutControlSource*>(&e);
-  if (src == nullptr || src->out_control() == nullptr) FP4_THROW("engine ", e.device_name(), " runs no OutControl");
+  if (src == nullptr || src->out_control() == nullptr)
+    FP4_THROW("engine ", e.device_name(), " runs no OutControl");
   return *src->out_control();
 }
 
@@ -81,7 +82,8 @@ TEST(OutControlCudaEngine, TinyModelTrainsThroughCalibrationAndTheSplitLayers) {
     if (step == 8) after = engine->save_state();
     const auto report = oc.take_report();
     ASSERT_EQ(report.has_value(), step == 6) << "step " << step;
-    for (const OutChannels* l : oc.layers()) ASSERT_EQ(l->frozen(), step >= 6) << l->name() << " step " << step;
+    for (const OutChannels* l : oc.layers())
+      ASSERT_EQ(l->frozen(), step >= 6) << l->name() << " step " << step;
     if (report) {
       for (const auto& l : report->layers) {
         EXPECT_EQ(l.channels, l.in_features == 128 ? 16 : 48) << l.name;  // 12.8 -> 16, 38.4 -> 48
@@ -177,8 +179,8 @@ TEST(OutControlCudaEngine, CpuAndCudaEnginesFreezeTheSameChannels) {
     const std::string pre = "blocks." + std::to_string(l) + ".";
     plant(pre + "attn_norm", [&](std::vector<float>& v) { scale_columns(v, 1, d, P); });
     plant(pre + "mlp_norm", [&](std::vector<float>& v) { scale_columns(v, 1, d, P); });
-    plant(pre + "attn.wqkv", [&](std::vector<float>& v) { scale_rows(v, d, 2 * d, P); });      // V rows
-    plant(pre + "mlp.w_gate_up", [&](std::vector<float>& v) { scale_rows(v, d, ff, Q); });    // up rows
+    plant(pre + "attn.wqkv", [&](std::vector<float>& v) { scale_rows(v, d, 2 * d, P); });   // V rows
+    plant(pre + "mlp.w_gate_up", [&](std::vector<float>& v) { scale_rows(v, d, ff, Q); });  // up rows
   }
 
   const std::vector<Batch> mb = {learnable_batch(cfg, 2, 64, seed), learnable_batch(cfg, 2, 64, seed + 7)};
@@ -254,7 +256,8 @@ TEST(OutControlCudaEngine, OneRankDataParallelFreezesAsThePlainEngine) {
   StepHyper hyper;
   hyper.lr = 3e-3f;
   for (int step = 1; step <= 4; ++step) {
-    const std::vector<Batch> mb = {learnable_batch(cfg, 2, 64, seed + step), learnable_batch(cfg, 2, 64, seed + 99 * step)};
+    const std::vector<Batch> mb = {learnable_batch(cfg, 2, 64, seed + step),
+                                   learnable_batch(cfg, 2, 64, seed + 99 * step)};
     const StepStats a = plain->train_step(mb, hyper), b = dp->train_step(mb, hyper);
     EXPECT_EQ(a.loss, b.loss) << "step " << step;
     const std::vector<StateTensor> plain_state = plain->save_state(), dp_state = dp->save_state();

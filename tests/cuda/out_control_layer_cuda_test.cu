@@ -59,8 +59,8 @@ std::vector<int32_t> planted_channels(int in, int count, std::mt19937& rng) {
 }
 
 // Columns idx of x [rows x cols], zero-padded to `padded` columns (the CPU split's gather).
-std::vector<float> gather(const std::vector<float>& x, int64_t rows, int64_t cols, const std::vector<int32_t>& idx,
-                          int64_t padded) {
+std::vector<float> gather(const std::vector<float>& x, int64_t rows, int64_t cols,
+                          const std::vector<int32_t>& idx, int64_t padded) {
   std::vector<float> out(static_cast<size_t>(rows * padded), 0.0f);
   for (int64_t r = 0; r < rows; ++r)
     for (size_t j = 0; j < idx.size(); ++j) out[size_t(r * padded) + j] = x[size_t(r * cols + idx[j])];
@@ -95,7 +95,8 @@ struct DeviceLayer {
     w_master.upload(w.data(), w.size());
     w_bf16.upload(to_bits(w).data(), w.size());
     EXPECT_EQ(cudaMemset(w_grad.data(), 0, w_grad.bytes()), cudaSuccess);
-    const cuda::DeviceWeight weight{w_master.data(), reinterpret_cast<const bf16*>(w_bf16.data()), w_grad.data()};
+    const cuda::DeviceWeight weight{w_master.data(), reinterpret_cast<const bf16*>(w_bf16.data()),
+                                    w_grad.data()};
     layer = cuda::make_quant_linear_cuda(spec, weight, gemm, stream);
     oc = dynamic_cast<cuda::OutControlLinear*>(layer.get());
     EXPECT_NE(oc, nullptr);
@@ -151,7 +152,8 @@ class OutControlCudaLayer : public ::testing::TestWithParam<Shape> {};
 TEST_P(OutControlCudaLayer, SplitOperandsAreByteIdenticalAndResultsMatchTheCpuLayer) {
   const Shape sh = GetParam();
   const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed) + " in " + std::to_string(sh.in) + " k8 " + std::to_string(sh.k8));
+  SCOPED_TRACE("seed " + std::to_string(seed) + " in " + std::to_string(sh.in) + " k8 " +
+               std::to_string(sh.k8));
   std::mt19937 rng(seed);
   const int n = sh.n, in = sh.in, out = sh.out;
   const Recipe recipe = out_control_recipe();
@@ -188,10 +190,12 @@ TEST_P(OutControlCudaLayer, SplitOperandsAreByteIdenticalAndResultsMatchTheCpuLa
   // CPU layer's X^ and W^ in channel order.
   const int64_t p4 = (int64_t(c4.size()) + 127) / 128 * 128, p8 = (int64_t(c8.size()) + 31) / 32 * 32;
   const auto x4 = gather(x, n, in, c4, p4), w4 = gather(w, out, in, c4, p4);
-  const Nvfp4Tensor q1 = quantize_nvfp4(x4.data(), n, p4, p[Operand::kQ1X],
-                                        quant_randomness(p, ctx, 9, QuantPurpose::kSrQ1, QuantPurpose::kRhtDx, 0));
-  const Nvfp4Tensor q2 = quantize_nvfp4(w4.data(), out, p4, p[Operand::kQ2W],
-                                        quant_randomness(p, ctx, 9, QuantPurpose::kSrQ2, QuantPurpose::kRhtDx, 0));
+  const Nvfp4Tensor q1 =
+      quantize_nvfp4(x4.data(), n, p4, p[Operand::kQ1X],
+                     quant_randomness(p, ctx, 9, QuantPurpose::kSrQ1, QuantPurpose::kRhtDx, 0));
+  const Nvfp4Tensor q2 =
+      quantize_nvfp4(w4.data(), out, p4, p[Operand::kQ2W],
+                     quant_randomness(p, ctx, 9, QuantPurpose::kSrQ2, QuantPurpose::kRhtDx, 0));
   const Mxfp8Tensor x8 = quantize_mxfp8(gather(x, n, in, c8, p8).data(), n, p8);
   const Mxfp8Tensor w8 = quantize_mxfp8(gather(w, out, in, c8, p8).data(), out, p8);
   expect_same_bytes(ops.q1, q1, "Q1(X[:, C4])");
@@ -232,8 +236,8 @@ TEST_P(OutControlCudaLayer, SplitOperandsAreByteIdenticalAndResultsMatchTheCpuLa
     }
   const double ey = rel_err(y, y_ref), edx = rel_err(dx, dx_ref), edw = rel_err(dw, dw_ref),
                edw8 = rel_err(dw8, dw8_ref);
-  std::cout << "[out_control split, in " << in << "] relative error y " << ey << ", dX " << edx << ", dW " << edw
-            << ", dW[:, C8] " << edw8 << "\n";
+  std::cout << "[out_control split, in " << in << "] relative error y " << ey << ", dX " << edx << ", dW "
+            << edw << ", dW[:, C8] " << edw8 << "\n";
   EXPECT_LT(ey, 1e-2);
   EXPECT_LT(edx, 2e-2);
   EXPECT_LT(edw, 2e-2);
@@ -241,9 +245,11 @@ TEST_P(OutControlCudaLayer, SplitOperandsAreByteIdenticalAndResultsMatchTheCpuLa
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, OutControlCudaLayer,
-                         ::testing::Values(Shape{256, 384, 256, 48}, Shape{256, 128, 384, 16}, Shape{384, 640, 128, 64}),
+                         ::testing::Values(Shape{256, 384, 256, 48}, Shape{256, 128, 384, 16},
+                                           Shape{384, 640, 128, 64}),
                          [](const auto& info) {
-                           return "in" + std::to_string(info.param.in) + "_c8_" + std::to_string(info.param.k8);
+                           return "in" + std::to_string(info.param.in) + "_c8_" +
+                                  std::to_string(info.param.k8);
                          });
 
 TEST(OutControlCudaCalibration, DeviceSumsMatchTheCpuSumsAndFreezeTheSameChannels) {

@@ -27,8 +27,10 @@ constexpr int kSteps = 50;
 Recipe preset_within_the_test(const std::string& name) {
   const Recipe shipped = load_recipe(name);
   std::vector<std::string> overrides;
-  if (shipped.out_control.enabled) overrides.insert(overrides.end(), {"out_control.calib_start=5", "out_control.calib_steps=5"});
-  if (shipped.osci_reset.enabled) overrides.insert(overrides.end(), {"osci_reset.window=10", "osci_reset.period=10"});
+  if (shipped.out_control.enabled)
+    overrides.insert(overrides.end(), {"out_control.calib_start=5", "out_control.calib_steps=5"});
+  if (shipped.osci_reset.enabled)
+    overrides.insert(overrides.end(), {"osci_reset.window=10", "osci_reset.period=10"});
   if (shipped.lora_svd.enabled) overrides.push_back("lora_svd.realign_every=20");
   return load_recipe(name, overrides);
 }
@@ -45,7 +47,8 @@ TEST_P(CudaPresetEngine, TrainsFiftyStepsAndItsStateMovesToTheCpuAndBack) {
   ctx.total_steps = kSteps;
   auto gpu = make_cuda_engine(cfg, recipe, seed);
   gpu->set_step_context(ctx);
-  const Batch batch = testing::next_token_batch(cfg, 4, 64, seed);  // 256 rows: block128 operands are whole blocks
+  const Batch batch =
+      testing::next_token_batch(cfg, 4, 64, seed);  // 256 rows: block128 operands are whole blocks
   StepHyper h;
   h.lr = 3e-3f;
   std::vector<double> losses;
@@ -54,8 +57,8 @@ TEST_P(CudaPresetEngine, TrainsFiftyStepsAndItsStateMovesToTheCpuAndBack) {
     ASSERT_TRUE(std::isfinite(s.loss)) << "step " << step;
     losses.push_back(s.loss);
   }
-  std::cout << "[" << name << ", cuda] loss " << losses.front() << " -> " << losses[kSteps / 2 - 1] << " (step "
-            << kSteps / 2 << ") -> " << losses.back() << "\n";
+  std::cout << "[" << name << ", cuda] loss " << losses.front() << " -> " << losses[kSteps / 2 - 1]
+            << " (step " << kSteps / 2 << ") -> " << losses.back() << "\n";
   EXPECT_LT(losses.back(), losses.front() - 1.0);
   EXPECT_LT(losses.back(), losses[kSteps / 2 - 1]);
 

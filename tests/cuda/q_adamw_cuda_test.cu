@@ -17,12 +17,12 @@
 #include "core/error.h"
 #include "model/cpu_engine.h"
 #include "model/cuda/cuda_engine.h"
+#include "model/state_index.h"
 #include "nn/cuda/device_params.h"
 #include "optim/cuda/device_q_adamw.h"
-#include "model/state_index.h"
 #include "optim/q_adamw.h"
-#include "recipe/recipe_io.h"
 #include "optimizer_test_util.h"
+#include "recipe/recipe_io.h"
 
 namespace fp4 {
 namespace {
@@ -200,8 +200,8 @@ TEST(CudaQAdamWEngine, TrainsAndItsStateMovesToTheCpuQAdamWAndBack) {
   std::vector<double> losses;
   for (int step = 0; step < 20; ++step) {
     const StepStats s = gpu->train_step({&pool[static_cast<size_t>(step) % 2], 1}, h);
-    std::cout << "[tetrajet-v2-qadamw, cuda] step " << step << " loss " << s.loss << " grad norm " << s.grad_norm
-              << "\n";
+    std::cout << "[tetrajet-v2-qadamw, cuda] step " << step << " loss " << s.loss << " grad norm "
+              << s.grad_norm << "\n";
     ASSERT_TRUE(std::isfinite(s.loss)) << "step " << step;
     losses.push_back(s.loss);
   }

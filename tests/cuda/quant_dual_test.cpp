@@ -47,8 +47,8 @@ void apply_rescale(HostInput& in, const Rescale& s) {
 }
 
 // A dequantized operand written by the GPU against the CPU's dequantize of the reference operand.
-void compare_dequant(const Nvfp4Tensor& want, const DequantOutput& out, const DeviceBuffer<float>& buf, Diff& d,
-                     const char* which) {
+void compare_dequant(const Nvfp4Tensor& want, const DequantOutput& out, const DeviceBuffer<float>& buf,
+                     Diff& d, const char* which) {
   if (out.data == nullptr) return;
   const size_t n = static_cast<size_t>(want.rows * want.cols);
   const int64_t before = d.dequant;
@@ -77,7 +77,8 @@ Diff run_dual(std::mt19937_64& g, const DualCase& c, int64_t rows, int64_t cols,
   });
 
   const cudatest::DeviceCopy dx(in);
-  Nvfp4DeviceTensor q_rows(rows, cols, c.rows.block, c.rows.outer), q_cols(cols, rows, c.cols.block, c.cols.outer);
+  Nvfp4DeviceTensor q_rows(rows, cols, c.rows.block, c.rows.outer),
+      q_cols(cols, rows, c.cols.block, c.cols.outer);
   DeviceBuffer<float> amax(2);
   DeviceBuffer<unsigned long long> nonfinite(2);
   FP4_CUDA_CHECK(cudaMemset(nonfinite.data(), 0, 2 * sizeof(unsigned long long)));
@@ -105,11 +106,13 @@ Diff run_dual(std::mt19937_64& g, const DualCase& c, int64_t rows, int64_t cols,
   FP4_CUDA_CHECK(cudaDeviceSynchronize());
 
   DualQuant want = want_future.get();
-  Diff d = cudatest::compare_nvfp4(want.rows, q_rows.download(), cudatest::transformed_operand(in.values, c.rows, rnd_r));
+  Diff d = cudatest::compare_nvfp4(want.rows, q_rows.download(),
+                                   cudatest::transformed_operand(in.values, c.rows, rnd_r));
   std::vector<float> src = in.values;
   if (c.cols.source == QuantSource::kAligned) dequantize(want.rows, src.data());
   const std::vector<float> t = cudatest::transpose(src, rows, cols);
-  const Diff dc = cudatest::compare_nvfp4(want.cols, q_cols.download(), cudatest::transformed_operand(t, c.cols, rnd_c));
+  const Diff dc =
+      cudatest::compare_nvfp4(want.cols, q_cols.download(), cudatest::transformed_operand(t, c.cols, rnd_c));
   if (dc.total() > 0) d.note("column operand: " + dc.first);
   d.add(dc);
   std::vector<unsigned long long> nf(2);
@@ -147,8 +150,8 @@ TEST(QuantDualCuda, MatchesCpuReferenceForEveryColumnSpec) {
   SCOPED_TRACE(cudatest::seed_note(seed));
   std::mt19937_64 g(seed);
   const QuantSpec row_specs[] = {
-      spec(OuterScale::kBlock128, Rounding::kRtn, 0),       spec(OuterScale::kTensor, Rounding::kRtn, 0),
-      spec(OuterScale::kBlock128, Rounding::kSr, 16),       spec(OuterScale::kTensor, Rounding::kSr, 128),
+      spec(OuterScale::kBlock128, Rounding::kRtn, 0), spec(OuterScale::kTensor, Rounding::kRtn, 0),
+      spec(OuterScale::kBlock128, Rounding::kSr, 16), spec(OuterScale::kTensor, Rounding::kSr, 128),
       spec(OuterScale::kBlock128, Rounding::kRtn, 32, true)};
   const int64_t shapes[][2] = {{256, 384}, {384, 256}, {144, 400}, {16, 128}, {128, 128}};
   int combos = 0, failed = 0, variant = 0;
@@ -245,13 +248,14 @@ TEST(QuantDualCuda, MatchesCpuReferenceWhereBlockDivisorsUnderflow) {
   std::mt19937_64 g(seed);
   const QuantSource kAligned = QuantSource::kAligned;
   const DualCase cases[] = {
-      {spec(OuterScale::kBlock128, Rounding::kRtn, 0), spec(OuterScale::kBlock128, Rounding::kSr, 16, false, kAligned),
-       QuantIoType::kBF16},
-      {spec(OuterScale::kBlock128, Rounding::kRtn, 0), spec(OuterScale::kBlock128, Rounding::kSr, 16, false, kAligned),
-       QuantIoType::kF32},
+      {spec(OuterScale::kBlock128, Rounding::kRtn, 0),
+       spec(OuterScale::kBlock128, Rounding::kSr, 16, false, kAligned), QuantIoType::kBF16},
+      {spec(OuterScale::kBlock128, Rounding::kRtn, 0),
+       spec(OuterScale::kBlock128, Rounding::kSr, 16, false, kAligned), QuantIoType::kF32},
       {spec(OuterScale::kBlock128, Rounding::kSr, 16), spec(OuterScale::kBlock128, Rounding::kSr, 16),
        QuantIoType::kBF16},
-      {spec(OuterScale::kTensor, Rounding::kSr, 0), spec(OuterScale::kTensor, Rounding::kSr, 16), QuantIoType::kBF16},
+      {spec(OuterScale::kTensor, Rounding::kSr, 0), spec(OuterScale::kTensor, Rounding::kSr, 16),
+       QuantIoType::kBF16},
   };
   const Rescale band{128, 256, 128, 256, std::ldexp(1.0f, -120)};
   int variant = 1;

@@ -32,7 +32,8 @@ TEST(QuantLayoutCuda, MatchesCpuLayoutIncludingPadding) {
     int64_t mismatches = 0;
     for (int64_t i = 0; i < bytes; ++i) mismatches += got[i] != want[i];
     std::printf("[layout] %lld x %lld scales -> %lld bytes: %lld mismatches\n", static_cast<long long>(rows),
-                static_cast<long long>(scols), static_cast<long long>(bytes), static_cast<long long>(mismatches));
+                static_cast<long long>(scols), static_cast<long long>(bytes),
+                static_cast<long long>(mismatches));
     EXPECT_EQ(mismatches, 0) << rows << " x " << scols;
   }
 }

@@ -72,7 +72,8 @@ TEST_P(QuantLinearCudaVsCpu, OutputsAndGradientsMatchTheCpuLayer) {
   dy_d.upload(to_bits(dy).data(), dy.size());
   ASSERT_EQ(cudaMemset(w_grad.data(), 0, w_grad.bytes()), cudaSuccess);
   cuda::GemmRunner gemm;
-  const cuda::DeviceWeight weight{w_master.data(), reinterpret_cast<const bf16*>(w_bf16.data()), w_grad.data()};
+  const cuda::DeviceWeight weight{w_master.data(), reinterpret_cast<const bf16*>(w_bf16.data()),
+                                  w_grad.data()};
   LinearSpec spec{"test.linear", in, out, recipe.linear, recipe.name, 9, &ctx};
   auto layer = cuda::make_quant_linear_cuda(spec, weight, gemm, stream);
   layer->forward(reinterpret_cast<const bf16*>(x_d.data()), reinterpret_cast<bf16*>(y_d.data()), n);

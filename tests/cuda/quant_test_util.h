@@ -35,11 +35,14 @@ inline std::string seed_note(uint64_t seed) {
 // "[rows x cols] " (snprintf: g++ 12 warns falsely on chains of std::string operator+ with literals).
 inline std::string shape_tag(int64_t rows, int64_t cols) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "[%lld x %lld] ", static_cast<long long>(rows), static_cast<long long>(cols));
+  std::snprintf(buf, sizeof(buf), "[%lld x %lld] ", static_cast<long long>(rows),
+                static_cast<long long>(cols));
   return buf;
 }
 
-inline const char* io_name(QuantIoType t) { return t == QuantIoType::kF32 ? "f32" : "bf16"; }
+inline const char* io_name(QuantIoType t) {
+  return t == QuantIoType::kF32 ? "f32" : "bf16";
+}
 
 // A host input as the GPU sees it: FP32 values (for BF16, already rounded to BF16) and the BF16 bits.
 struct HostInput {
@@ -52,7 +55,8 @@ struct HostInput {
 // Random matrix: per-row magnitudes from 2^-20 to 2^20, Gaussian elements, some all-zero 16-blocks, and
 // (with `specials`) planted 1e30, 3e38 (the RHT can overflow it), 1e-30, FP32 subnormals, NaN and +-Inf,
 // a row of tiny values and a block of subnormals.
-inline HostInput random_input(std::mt19937_64& g, int64_t rows, int64_t cols, QuantIoType dtype, bool specials) {
+inline HostInput random_input(std::mt19937_64& g, int64_t rows, int64_t cols, QuantIoType dtype,
+                              bool specials) {
   HostInput in;
   in.rows = rows;
   in.cols = cols;
@@ -69,8 +73,16 @@ inline HostInput random_input(std::mt19937_64& g, int64_t rows, int64_t cols, Qu
     if (unit(g) < 0.02)
       for (int i = 0; i < 16; ++i) in.values[b * 16 + i] = 0.0f;
   if (specials) {
-    const float planted[] = {1e30f, -1e30f, 3e38f, 1e-30f, -1e-30f, 1e-40f, -1e-44f, 1.4e-45f,
-                             std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+    const float planted[] = {1e30f,
+                             -1e30f,
+                             3e38f,
+                             1e-30f,
+                             -1e-30f,
+                             1e-40f,
+                             -1e-44f,
+                             1.4e-45f,
+                             std::numeric_limits<float>::quiet_NaN(),
+                             std::numeric_limits<float>::infinity(),
                              -std::numeric_limits<float>::infinity()};
     std::uniform_int_distribution<int64_t> pos(0, rows * cols - 1);
     const int64_t count = std::max<int64_t>(11, rows * cols / 2000);
@@ -160,7 +172,8 @@ struct Diff {
 // transformed value is NaN. IEEE leaves the sign of a NaN produced by arithmetic (inf - inf in the RHT)
 // open; x86 gives -NaN, CUDA +NaN, and the block128 encoder copies that sign into the code. Such blocks
 // carry the NaN scale (0x7F), which the scale comparison checks exactly.
-inline Diff compare_nvfp4(const Nvfp4Tensor& want, const Nvfp4Tensor& got, const std::vector<float>& operand) {
+inline Diff compare_nvfp4(const Nvfp4Tensor& want, const Nvfp4Tensor& got,
+                          const std::vector<float>& operand) {
   Diff d;
   const int64_t n = want.rows * want.cols;
   for (int64_t i = 0; i < n; ++i) {
@@ -169,8 +182,8 @@ inline Diff compare_nvfp4(const Nvfp4Tensor& want, const Nvfp4Tensor& got, const
     const uint8_t mask = is_nan_f(operand[i]) ? 0x7 : 0xF;
     if ((cw ^ cg) & mask) {
       if (d.codes++ == 0)
-        d.note("code (" + std::to_string(r) + ", " + std::to_string(c) + "): want " + std::to_string(cw) + " got " +
-               std::to_string(cg) + " (operand " + std::to_string(operand[i]) + ")");
+        d.note("code (" + std::to_string(r) + ", " + std::to_string(c) + "): want " + std::to_string(cw) +
+               " got " + std::to_string(cg) + " (operand " + std::to_string(operand[i]) + ")");
     }
   }
   for (size_t i = 0; i < want.scales.size(); ++i)
@@ -184,7 +197,8 @@ inline Diff compare_nvfp4(const Nvfp4Tensor& want, const Nvfp4Tensor& got, const
     for (size_t i = 0; i < want.outer_scales.size(); ++i)
       if (float_bits(want.outer_scales[i]) != float_bits(got.outer_scales[i]) && d.outer++ == 0) {
         char buf[128];
-        std::snprintf(buf, sizeof(buf), "outer %zu: want %a got %a", i, want.outer_scales[i], got.outer_scales[i]);
+        std::snprintf(buf, sizeof(buf), "outer %zu: want %a got %a", i, want.outer_scales[i],
+                      got.outer_scales[i]);
         d.note(buf);
       }
   }

@@ -21,15 +21,15 @@
 #include "model/config.h"
 #include "model/cpu_engine.h"
 #include "model/cuda/cuda_engine.h"
-#include "nn/cuda/device_params.h"
-#include "optim/cuda/device_root.h"
 #include "model/engine_common.h"
 #include "model/state_index.h"
+#include "nn/cuda/device_params.h"
 #include "numerics/philox.h"
 #include "numerics/quantize.h"
+#include "optim/cuda/device_root.h"
 #include "optim/root_optimizer.h"
-#include "recipe/recipe_io.h"
 #include "optimizer_test_util.h"
+#include "recipe/recipe_io.h"
 
 namespace fp4 {
 namespace {
@@ -42,7 +42,8 @@ using testing::random_batch;
 using testing::small64_config;
 
 // ROOT matrices: tall, wide, square, off the 16-grid (37 x 53, no weight decay), one whose gradient stays
-// zero and one with a huge gradient value; AdamW parameters: the embedding and the head (by name), a norm gain.
+// zero and one with a huge gradient value; AdamW parameters: the embedding and the head (by name), a norm
+// gain.
 ParameterSet make_params(std::mt19937& rng) {
   ParameterSet ps;
   ps.add("embed", {40, 16}, false, ParamInit::kNormal);
@@ -91,9 +92,13 @@ std::vector<float> device_value(const cuda::DeviceParams& dp, int i) {
   return v;
 }
 
-std::vector<float> host_value(const ParameterSet& ps, int i) { return {ps.value(i).begin(), ps.value(i).end()}; }
+std::vector<float> host_value(const ParameterSet& ps, int i) {
+  return {ps.value(i).begin(), ps.value(i).end()};
+}
 
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+bool same_bits(float a, float b) {
+  return std::memcmp(&a, &b, 4) == 0;
+}
 
 std::vector<float> floats_of(const StateTensor& t) {
   std::vector<float> out(t.bytes.size() / 4);
@@ -172,7 +177,8 @@ TEST_P(CudaRootSteps, FiveStepsFollowTheCpuRoot) {
     ASSERT_EQ(want_info.size(), got_info.size());
     for (size_t k = 0; k < want_info.size(); ++k) {
       EXPECT_TRUE(same_bits(want_info[k].clip_eps, got_info[k].clip_eps))
-          << where << " " << roots[k] << ": eps " << got_info[k].clip_eps << ", the CPU's " << want_info[k].clip_eps;
+          << where << " " << roots[k] << ": eps " << got_info[k].clip_eps << ", the CPU's "
+          << want_info[k].clip_eps;
       EXPECT_EQ(want_info[k].clipped, got_info[k].clipped) << where << " " << roots[k];
       if (roots[k] != "zero_grad") EXPECT_GT(got_info[k].clipped, 0) << where << " " << roots[k];
     }
@@ -202,9 +208,10 @@ TEST_P(CudaRootSteps, FiveStepsFollowTheCpuRoot) {
       // Plus two ulps of W: the final subtraction rounds on both sides.
       const double ulps = 2.0 * wmax * std::ldexp(1.0, -23);
       if (c.frobenius)
-        EXPECT_LE(std::sqrt(efro), c.tol * std::sqrt(dfro) + ulps * std::sqrt(static_cast<double>(want.size())))
-            << where << " " << name << ": |dW_gpu - dW_cpu|_F = " << std::sqrt(efro) << ", |dW_cpu|_F = "
-            << std::sqrt(dfro);
+        EXPECT_LE(std::sqrt(efro),
+                  c.tol * std::sqrt(dfro) + ulps * std::sqrt(static_cast<double>(want.size())))
+            << where << " " << name << ": |dW_gpu - dW_cpu|_F = " << std::sqrt(efro)
+            << ", |dW_cpu|_F = " << std::sqrt(dfro);
       else
         EXPECT_LE(err, c.tol * dmax + ulps)
             << where << " " << name << ": max |dW_gpu - dW_cpu| = " << err << ", max |dW_cpu| = " << dmax;
@@ -224,8 +231,8 @@ TEST_P(CudaRootSteps, FiveStepsFollowTheCpuRoot) {
     const std::vector<StateTensor> cpu_state = cpu.save_state(ps);  // the index points into it
     const StateIndex index(cpu_state);
     for (size_t k = 0; k < roots.size(); ++k) {
-      const std::vector<float> want = floats_of(index.require(kRootMomentPrefix + roots[k], "F32",
-                                                              ps.at(ps.require(roots[k])).info.shape));
+      const std::vector<float> want = floats_of(
+          index.require(kRootMomentPrefix + roots[k], "F32", ps.at(ps.require(roots[k])).info.shape));
       std::vector<float> got(want.size());
       gpu.read_momentum(static_cast<int>(k), got);
       expect_same_floats(want, got, where + " momentum of " + roots[k]);
@@ -257,13 +264,14 @@ TEST_P(CudaRootSteps, FiveStepsFollowTheCpuRoot) {
 INSTANTIATE_TEST_SUITE_P(Precisions, CudaRootSteps,
                          ::testing::Values(RootCase{"root", NsPrecision::kFp32, Rounding::kRtn, 1e-4, false},
                                            RootCase{"q_root", NsPrecision::kNvfp4, Rounding::kRtn, 0.5, true},
-                                           RootCase{"q_root_sr", NsPrecision::kNvfp4, Rounding::kSr, 0.5, true}),
+                                           RootCase{"q_root_sr", NsPrecision::kNvfp4, Rounding::kSr, 0.5,
+                                                    true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The CPU's X of a ROOT step from momentum m and gradient g (first NS input): root_step's arithmetic,
 // then newton_schulz's normalization into the wide, 16-padded orientation.
-std::vector<float> cpu_first_x(const std::vector<float>& m, std::span<const float> g, int64_t rows, int64_t cols,
-                               const RootOptions& opt, int64_t rp, int64_t cp) {
+std::vector<float> cpu_first_x(const std::vector<float>& m, std::span<const float> g, int64_t rows,
+                               int64_t cols, const RootOptions& opt, int64_t rp, int64_t cp) {
   const size_t n = g.size();
   std::vector<float> u(n);
   for (size_t i = 0; i < n; ++i) {
@@ -285,7 +293,8 @@ std::vector<float> cpu_first_x(const std::vector<float>& m, std::span<const floa
 // k 2^-23 sum |x_t y_t| (each product and partial sum rounds once, by at most 2^-24 relative).
 void expect_dot(double got, double exact, double abs_sum, int64_t k, double extra, const std::string& what) {
   const double bound = static_cast<double>(k) * std::ldexp(1.0, -23) * abs_sum + extra + 1e-30;
-  if (std::abs(got - exact) > bound) ADD_FAILURE() << what << ": " << got << ", exact " << exact << " (bound " << bound << ")";
+  if (std::abs(got - exact) > bound)
+    ADD_FAILURE() << what << ": " << got << ", exact " << exact << " (bound " << bound << ")";
 }
 
 std::vector<float> dequantized(const Nvfp4Tensor& t) {
@@ -363,7 +372,8 @@ TEST_P(CudaQRootTrace, EveryNsStepIsTheCpuArithmeticOnTheDevicesOperands) {
         EXPECT_TRUE(got.codes == want.codes) << what << ": codes differ";
         EXPECT_TRUE(got.scales == want.scales) << what << ": scales differ";
         EXPECT_TRUE(got.outer_scales == want.outer_scales) << what << ": tensor scale differs";
-        EXPECT_TRUE(same_bits(got.amax, want.amax)) << what << ": amax " << got.amax << ", the CPU's " << want.amax;
+        EXPECT_TRUE(same_bits(got.amax, want.amax))
+            << what << ": amax " << got.amax << ", the CPU's " << want.amax;
       }
       const std::vector<float>& x = in[0];
       for (int64_t i = 0; i < r; ++i)
@@ -373,7 +383,8 @@ TEST_P(CudaQRootTrace, EveryNsStepIsTheCpuArithmeticOnTheDevicesOperands) {
                                xtq = dequantized(ops[3]);
       const std::vector<float>& a = in[1];
       const std::vector<float>& poly = in[2];
-      const std::vector<float>& next = s + 1 < opt.ns_steps ? trace.inputs[static_cast<size_t>(s) + 1][0] : trace.result;
+      const std::vector<float>& next =
+          s + 1 < opt.ns_steps ? trace.inputs[static_cast<size_t>(s) + 1][0] : trace.result;
       ASSERT_EQ(next.size(), x.size()) << ws;
       for (int64_t i = 0; i < r; ++i)
         for (int64_t j = 0; j < r; ++j) {
@@ -383,7 +394,8 @@ TEST_P(CudaQRootTrace, EveryNsStepIsTheCpuArithmeticOnTheDevicesOperands) {
             dot += static_cast<double>(xq[i * c + t]) * xq[j * c + t];
             mag += std::abs(static_cast<double>(xq[i * c + t]) * xq[j * c + t]);
           }
-          expect_dot(a[i * r + j], dot, mag, c, 0.0, ws + " A[" + std::to_string(i) + "," + std::to_string(j) + "]");
+          expect_dot(a[i * r + j], dot, mag, c, 0.0,
+                     ws + " A[" + std::to_string(i) + "," + std::to_string(j) + "]");
           double a2 = 0, mag2 = 0;  // P = b A + c A^ A^
           for (int64_t t = 0; t < r; ++t) {
             a2 += static_cast<double>(aq[i * r + t]) * aq[t * r + j];
@@ -456,7 +468,8 @@ TEST(CudaRoot, NonFiniteGradientSkipsAndFailuresAreRefusedLikeTheCpu) {
     gpu.queue_step(dp, h, nullptr);
     EXPECT_EQ(gpu.read_control(sumsq).skip, 1);
     const Snapshot after = snapshot(dp, gpu);
-    for (int i = 0; i < dp.size(); ++i) expect_same_floats(before.values[i], after.values[i], "after a NaN gradient");
+    for (int i = 0; i < dp.size(); ++i)
+      expect_same_floats(before.values[i], after.values[i], "after a NaN gradient");
     expect_same_state(before.state, after.state, "after a NaN gradient");
   }
   {
@@ -479,7 +492,8 @@ TEST(CudaRoot, NonFiniteGradientSkipsAndFailuresAreRefusedLikeTheCpu) {
     const std::string msg = error_of([&] { gpu.read_control(sumsq); });
     EXPECT_NE(msg.find("tall: ROOT's Newton-Schulz diverged"), std::string::npos) << msg;
     const Snapshot after = snapshot(dp, gpu);
-    for (int i = 0; i < dp.size(); ++i) expect_same_floats(before.values[i], after.values[i], "after divergence");
+    for (int i = 0; i < dp.size(); ++i)
+      expect_same_floats(before.values[i], after.values[i], "after divergence");
     expect_same_state(before.state, after.state, "after divergence");
     EXPECT_EQ(gpu.step_count(), 0);
   }
@@ -500,7 +514,8 @@ TEST(CudaRoot, NonFiniteGradientSkipsAndFailuresAreRefusedLikeTheCpu) {
     const Snapshot before = snapshot(dp, gpu);
     gpu.queue_step(dp, h, nullptr);
     const std::string msg = error_of([&] { gpu.read_control(sumsq); });
-    EXPECT_NE(msg.find("square: ROOT's Newton-Schulz input [64 x 64] has non-finite values"), std::string::npos)
+    EXPECT_NE(msg.find("square: ROOT's Newton-Schulz input [64 x 64] has non-finite values"),
+              std::string::npos)
         << msg;
     const Snapshot after = snapshot(dp, gpu);
     for (int i = 0; i < dp.size(); ++i) {
@@ -545,7 +560,8 @@ TEST_P(CudaRootEngine, TrainsAndItsStateMovesToTheCpuEngineAndBack) {
   std::vector<double> losses;
   for (int step = 0; step < 20; ++step) {
     const StepStats s = gpu->train_step({&pool[static_cast<size_t>(step) % 2], 1}, h);
-    std::cout << "[" << c.name << ", cuda] step " << step << " loss " << s.loss << " grad norm " << s.grad_norm << "\n";
+    std::cout << "[" << c.name << ", cuda] step " << step << " loss " << s.loss << " grad norm "
+              << s.grad_norm << "\n";
     ASSERT_TRUE(std::isfinite(s.loss)) << "step " << step;
     losses.push_back(s.loss);
   }
@@ -572,11 +588,12 @@ TEST_P(CudaRootEngine, TrainsAndItsStateMovesToTheCpuEngineAndBack) {
                                                   pool[0], h);
 }
 
-INSTANTIATE_TEST_SUITE_P(Recipes, CudaRootEngine,
-                         ::testing::Values(EngineCase{"root_tiny_bf16", "tiny", "bf16", "root"},
-                                           EngineCase{"qroot_small64", "small64", "tetrajet-v2-qroot", "q-root"},
-                                           EngineCase{"root_small64_tetrajet", "small64", "tetrajet-v2-base", "root"}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Recipes, CudaRootEngine,
+    ::testing::Values(EngineCase{"root_tiny_bf16", "tiny", "bf16", "root"},
+                      EngineCase{"qroot_small64", "small64", "tetrajet-v2-qroot", "q-root"},
+                      EngineCase{"root_small64_tetrajet", "small64", "tetrajet-v2-base", "root"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace fp4

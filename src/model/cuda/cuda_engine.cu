@@ -6,13 +6,13 @@
 #include "core/error.h"
 #include "model/cuda/batch_upload.h"
 #include "model/cuda/cuda_engine.h"
-#include "model/engine_common.h"
-#include "model/state_index.h"
 #include "model/cuda/cuda_olmo2.h"
-#include "nn/cuda/device_params.h"
 #include "model/cuda/lora_svd_realigner.h"
+#include "model/engine_common.h"
 #include "model/olmo2.h"
+#include "model/state_index.h"
 #include "model/step_features.h"
+#include "nn/cuda/device_params.h"
 #include "nn/out_control.h"
 #include "ops/cuda/elementwise_cuda.h"
 #include "ops/cuda/gemm_cublaslt.h"
@@ -24,7 +24,6 @@
 namespace fp4 {
 
 namespace {
-
 
 int select_device(int device) {
   int count = 0;
@@ -83,7 +82,6 @@ struct CommLane {
   Event done;
 };
 
-
 class CudaEngine final : public TrainingEngine,
                          public GradientProbe,
                          public GradientOverlap,
@@ -113,7 +111,8 @@ class CudaEngine final : public TrainingEngine,
       Olmo2Model host(cfg, layout);
       host.init_parameters(seed);
       params_ = std::make_unique<cuda::DeviceParams>(host.params(), stream_.get());
-      if (const LoraSvd* lora = host.lora_svd()) lora_ = std::make_unique<cuda::LoraSvdRealigner>(*lora, seed);
+      if (const LoraSvd* lora = host.lora_svd())
+        lora_ = std::make_unique<cuda::LoraSvdRealigner>(*lora, seed);
     }
     opt_ = cuda::make_device_optimizer(recipe.optimizer, *params_, stream_.get(), seed);
     model_ = std::make_unique<cuda::CudaOlmo2>(cfg_, recipe, *params_, gemm_, stream_.get());
@@ -152,8 +151,9 @@ class CudaEngine final : public TrainingEngine,
   void set_data_parallel(const DataParallel& dp) override {
     set_device();
     opt_->check_shardable();
-    FP4_CHECK(!lora_, "CUDA engine: lora_svd (recipe section [lora_svd]) runs on one process only in the CUDA ",
-              "engine so far; train without data parallelism, use the cpu device, or set lora_svd.enabled = false");
+    FP4_CHECK(
+        !lora_, "CUDA engine: lora_svd (recipe section [lora_svd]) runs on one process only in the CUDA ",
+        "engine so far; train without data parallelism, use the cpu device, or set lora_svd.enabled = false");
     FP4_CHECK(dp.comm != nullptr && dp.comm->device_memory(), "CUDA engine: data parallelism needs a device ",
               "communicator (got ", dp.comm ? dp.comm->backend() : std::string("none"), ")");
     const int world = dp.comm->world_size();
@@ -161,8 +161,8 @@ class CudaEngine final : public TrainingEngine,
               world, " ranks");
     int64_t covered = 0;
     for (const auto& r : dp.shards) covered += r.size();
-    FP4_CHECK(covered == params_->numel(), "CUDA engine: the shards cover ", covered, " of ", params_->numel(),
-              " parameters");
+    FP4_CHECK(covered == params_->numel(), "CUDA engine: the shards cover ", covered, " of ",
+              params_->numel(), " parameters");
     comm_ = dp.comm;
     shards_ = dp.shards;
     buckets_ = gradient_buckets(parameters());
@@ -250,8 +250,8 @@ class CudaEngine final : public TrainingEngine,
   void master_written(const std::string& name) override {
     set_device();
     const int i = params_->require(name);
-    cuda::f32_to_bf16(params_->value(i), params_->values_bf16() + params_->at(i).offset, params_->at(i).info.numel(),
-                      stream_.get());
+    cuda::f32_to_bf16(params_->value(i), params_->values_bf16() + params_->at(i).offset,
+                      params_->at(i).info.numel(), stream_.get());
   }
 
   // OsciReset's device form. Data parallelism keeps the host form (docs/OSCI_RESET.md), and so does
@@ -287,7 +287,8 @@ class CudaEngine final : public TrainingEngine,
     opt_->load_state(index, *params_);  // checks all of its tensors before keeping any
     for (int i = 0; i < params_->size(); ++i) {
       const StateTensor* t = values[static_cast<size_t>(i)];
-      params_->write_value(i, {reinterpret_cast<const float*>(t->bytes.data()), t->bytes.size() / sizeof(float)});
+      params_->write_value(
+          i, {reinterpret_cast<const float*>(t->bytes.data()), t->bytes.size() / sizeof(float)});
     }
     for (const auto& f : features_) f->load_state(state);
   }
@@ -325,12 +326,13 @@ class CudaEngine final : public TrainingEngine,
         const std::span<double> s = l->step_sums();
         all.insert(all.end(), s.begin(), s.end());
       }
-      if (!all.empty()) comm_->host_all_reduce_sum(all.data(), static_cast<int64_t>(all.size()), CommType::kF64);
+      if (!all.empty())
+        comm_->host_all_reduce_sum(all.data(), static_cast<int64_t>(all.size()), CommType::kF64);
       size_t at = 0;
       for (OutChannels* l : oc->layers()) {
         const std::span<double> s = l->step_sums();
-        std::copy(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + s.size()),
-                  s.begin());
+        std::copy(all.begin() + static_cast<std::ptrdiff_t>(at),
+                  all.begin() + static_cast<std::ptrdiff_t>(at + s.size()), s.begin());
         at += s.size();
       }
     }
@@ -341,7 +343,8 @@ class CudaEngine final : public TrainingEngine,
   // Not overlapped: sums the gradients over ranks bucket by bucket in backward order (reduce-scatter
   // to the shard owners), queued on the engine's stream after the whole backward.
   void reduce_gradients() {
-    comm_->all_reduce_sum(sums_.data(), 2, CommType::kF64, stream_.get());  // the job's loss, for logs and skips
+    comm_->all_reduce_sum(sums_.data(), 2, CommType::kF64,
+                          stream_.get());  // the job's loss, for logs and skips
     for (const auto& r : bucket_ranges_) comm_->reduce_scatter_sum(params_->grads(), r, stream_.get());
   }
 
@@ -366,8 +369,8 @@ class CudaEngine final : public TrainingEngine,
 
   // The optimizer (compute stream) waits on the device for the lane's last reduction; the host does not.
   void wait_for_reductions() {
-    FP4_CHECK(next_bucket_ == buckets_.size(), "gradient overlap: the backward reported ", next_bucket_, " of ",
-              buckets_.size(), " gradient buckets");
+    FP4_CHECK(next_bucket_ == buckets_.size(), "gradient overlap: the backward reported ", next_bucket_,
+              " of ", buckets_.size(), " gradient buckets");
     FP4_CUDA_CHECK(cudaEventRecord(lane_->done.get(), lane_->stream.get()));
     FP4_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), lane_->done.get(), 0));
   }
@@ -376,10 +379,11 @@ class CudaEngine final : public TrainingEngine,
   void gather_parameters() {
     comm_->all_gather(params_->values(), shards_, stream_.get());
     const IndexRange mine = opt_->shard();
-    if (mine.begin > 0) cuda::f32_to_bf16(params_->values(), params_->values_bf16(), mine.begin, stream_.get());
+    if (mine.begin > 0)
+      cuda::f32_to_bf16(params_->values(), params_->values_bf16(), mine.begin, stream_.get());
     if (mine.end < params_->numel())
-      cuda::f32_to_bf16(params_->values() + mine.end, params_->values_bf16() + mine.end, params_->numel() - mine.end,
-                  stream_.get());
+      cuda::f32_to_bf16(params_->values() + mine.end, params_->values_bf16() + mine.end,
+                        params_->numel() - mine.end, stream_.get());
   }
 
   // Queues forward, loss and backward of every micro-batch with the step's loss scaling; returns the

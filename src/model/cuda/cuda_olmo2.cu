@@ -97,7 +97,8 @@ CudaOlmo2::CudaOlmo2(const ModelConfig& cfg, const Recipe& recipe, DeviceParams&
                             &quant_ctx_};
       if (lora_svd_ && spec.policy.quantized()) {  // W_res, then its factors, as the CPU model registers them
         const int r = recipe.lora_svd.rank;
-        const int l1 = params_.require(lora_l1_name(spec.name)), l2 = params_.require(lora_l2_name(spec.name));
+        const int l1 = params_.require(lora_l1_name(spec.name)),
+                  l2 = params_.require(lora_l2_name(spec.name));
         check_shape(params_, l1, {r, in});
         check_shape(params_, l2, {out, r});
         const LoraSvdFactors f{weight(l1), weight(l2), r, static_cast<float>(recipe.lora_svd.beta)};

@@ -5,7 +5,8 @@
 //   P = U (U^T dW)              FP32 GEMMs, as project_onto_columns;
 //   grad_L2 += beta P L1^T, grad_L1 += beta L2^T P, grad_W_res += dW - P.
 // The GEMMs are those of the CPU layer (same operands, FP32 accumulation, no TF32); results differ from the
-// CPU only by the order of the FP32 sums. The L2 download and the U upload synchronize the stream; the GEMMs are left queued.
+// CPU only by the order of the FP32 sums. The L2 download and the U upload synchronize the stream; the GEMMs
+// are left queued.
 #pragma once
 
 #include <cuda_runtime.h>

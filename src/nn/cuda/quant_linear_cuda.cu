@@ -15,10 +15,10 @@ namespace {
 // The transients of one forward or backward over n rows, carved in one order from one region; each piece
 // is sized for the larger of its two uses, so forward and backward share the layout.
 struct Transients {
-  float* amax = nullptr;  // 4 tensor amax values
-  bf16* a = nullptr;      // [n x max(in, out)]: X^ (forward); Q3(dY) values, then Q6 values (backward)
-  bf16* b = nullptr;      // [out x n]: Q5(dY^T) values, written by the dual quantizer (backward)
-  bf16* w = nullptr;      // [out x in]: W^ (forward); Q4 or Q2 values (backward)
+  float* amax = nullptr;       // 4 tensor amax values
+  bf16* a = nullptr;           // [n x max(in, out)]: X^ (forward); Q3(dY) values, then Q6 values (backward)
+  bf16* b = nullptr;           // [out x n]: Q5(dY^T) values, written by the dual quantizer (backward)
+  bf16* w = nullptr;           // [out x in]: W^ (forward); Q4 or Q2 values (backward)
   uint8_t* codes_a = nullptr;  // packed Q1 [n x in] (forward), Q3 [n x out] (backward)
   uint8_t* scales_a = nullptr;
   float* outer_a = nullptr;
@@ -29,7 +29,8 @@ struct Transients {
 };
 
 Transients carve_transients(uint8_t* base, int64_t n, int64_t in, int64_t out, const LinearPolicy& p) {
-  const auto na = static_cast<size_t>(n * std::max(in, out)), nb = static_cast<size_t>(std::max(out * in, out * n));
+  const auto na = static_cast<size_t>(n * std::max(in, out)),
+             nb = static_cast<size_t>(std::max(out * in, out * n));
   const auto nw = static_cast<size_t>(out * in);
   const auto outer_a = static_cast<size_t>(std::max(nvfp4_outer_count(n, in, p[Operand::kQ1X].outer),
                                                     nvfp4_outer_count(n, out, p[Operand::kQ3dY].outer)));
@@ -80,7 +81,9 @@ Nvfp4DeviceView transient_view(uint8_t* codes, uint8_t* scales, float* outer, in
   return Nvfp4DeviceView{codes, scales, outer, rows, cols, spec.block, spec.outer};
 }
 
-DequantOutput bf16_out(bf16* p) { return DequantOutput{p, QuantIoType::kBF16, true}; }
+DequantOutput bf16_out(bf16* p) {
+  return DequantOutput{p, QuantIoType::kBF16, true};
+}
 
 class QuantLinearCudaImpl final : public LinearCuda, public OutControlLinear {
  public:
@@ -116,8 +119,10 @@ class QuantLinearCudaImpl final : public LinearCuda, public OutControlLinear {
     {
       const DeviceInput xin{x, QuantIoType::kBF16, n, in};
       DualOperand rows{p_[Operand::kQ1X], rnd(QuantPurpose::kSrQ1, QuantPurpose::kRhtDx, 0),
-                       transient_view(s.codes_a, s.scales_a, s.outer_a, n, in, p_[Operand::kQ1X]), amax + 0, nullptr};
-      DualOperand cols{p_[Operand::kQ6Xt], rnd(QuantPurpose::kSrQ6, QuantPurpose::kRhtDw, p_[Operand::kQ6Xt].rht_n),
+                       transient_view(s.codes_a, s.scales_a, s.outer_a, n, in, p_[Operand::kQ1X]), amax + 0,
+                       nullptr};
+      DualOperand cols{p_[Operand::kQ6Xt],
+                       rnd(QuantPurpose::kSrQ6, QuantPurpose::kRhtDw, p_[Operand::kQ6Xt].rht_n),
                        q6_.view(in, n, p_[Operand::kQ6Xt]), amax + 1, nullptr};
       if (rows.spec.outer == OuterScale::kTensor || cols.spec.outer == OuterScale::kTensor)
         amax_dual_cuda(xin, rows, cols, amax + 0, amax + 1, stream_);
@@ -135,7 +140,8 @@ class QuantLinearCudaImpl final : public LinearCuda, public OutControlLinear {
     } else {
       DualOperand rows{q2, rnd(QuantPurpose::kSrQ2, QuantPurpose::kRhtDx, 0),
                        transient_view(s.codes_b, s.scales_b, s.outer_b, out, in, q2), amax + 2, nullptr};
-      DualOperand cols{p_[Operand::kQ4Wt], rnd(QuantPurpose::kSrQ4, QuantPurpose::kRhtDx, p_[Operand::kQ4Wt].rht_n),
+      DualOperand cols{p_[Operand::kQ4Wt],
+                       rnd(QuantPurpose::kSrQ4, QuantPurpose::kRhtDx, p_[Operand::kQ4Wt].rht_n),
                        q4_.view(in, out, p_[Operand::kQ4Wt]), amax + 3, nullptr};
       if (rows.spec.outer == OuterScale::kTensor || cols.spec.outer == OuterScale::kTensor)
         amax_dual_cuda(win, rows, cols, amax + 2, amax + 3, stream_);
@@ -159,10 +165,12 @@ class QuantLinearCudaImpl final : public LinearCuda, public OutControlLinear {
     bf16* dy_hat = s.a;
     bf16* dyt = s.b;
     const DeviceInput yin{dy, QuantIoType::kBF16, n, out};
-    DualOperand rows{p_[Operand::kQ3dY], rnd(QuantPurpose::kSrQ3, QuantPurpose::kRhtDx, p_[Operand::kQ3dY].rht_n),
-                     transient_view(s.codes_a, s.scales_a, s.outer_a, n, out, p_[Operand::kQ3dY]), amax + 0, nullptr};
-    DualOperand cols{p_[Operand::kQ5dYt], rnd(QuantPurpose::kSrQ5, QuantPurpose::kRhtDw, p_[Operand::kQ5dYt].rht_n),
-                     transient_view(s.codes_b, s.scales_b, s.outer_b, out, n, p_[Operand::kQ5dYt]), amax + 1, nullptr};
+    DualOperand rows{
+        p_[Operand::kQ3dY], rnd(QuantPurpose::kSrQ3, QuantPurpose::kRhtDx, p_[Operand::kQ3dY].rht_n),
+        transient_view(s.codes_a, s.scales_a, s.outer_a, n, out, p_[Operand::kQ3dY]), amax + 0, nullptr};
+    DualOperand cols{
+        p_[Operand::kQ5dYt], rnd(QuantPurpose::kSrQ5, QuantPurpose::kRhtDw, p_[Operand::kQ5dYt].rht_n),
+        transient_view(s.codes_b, s.scales_b, s.outer_b, out, n, p_[Operand::kQ5dYt]), amax + 1, nullptr};
     if (rows.spec.outer == OuterScale::kTensor || cols.spec.outer == OuterScale::kTensor)
       amax_dual_cuda(yin, rows, cols, amax + 0, amax + 1, stream_);
     quantize_dual_cuda(yin, rows, cols, bf16_out(dy_hat), bf16_out(dyt), stream_);
@@ -177,7 +185,8 @@ class QuantLinearCudaImpl final : public LinearCuda, public OutControlLinear {
       else
         gemm_.gemm(false, false, n, in, out, 1.0f, dy_hat, out, b, in, beta, dx.f32_out, in, stream_, dx.add);
     } else {  // Q4 [in x out]; after the OutControl freeze the split's, from the assembled W^
-      dequantize_nvfp4_cuda(split_active_ ? split_->q4() : q4_.view(in, out, p_[Operand::kQ4Wt]), bf16_out(b), stream_);
+      dequantize_nvfp4_cuda(split_active_ ? split_->q4() : q4_.view(in, out, p_[Operand::kQ4Wt]), bf16_out(b),
+                            stream_);
       if (dx.bf16_out)
         gemm_.gemm(false, true, n, in, out, 1.0f, dy_hat, out, b, out, 0.0f, dx.bf16_out, in, stream_);
       else
@@ -243,8 +252,8 @@ class QuantLinearCudaImpl final : public LinearCuda, public OutControlLinear {
     const DeviceInput win{w_.master, QuantIoType::kF32, out, in};
     const QuantRandomness r2 = rnd(QuantPurpose::kSrQ2, QuantPurpose::kRhtDx, 0);
     if (q2.outer == OuterScale::kTensor) amax_nvfp4_cuda(win, q2, r2, s.amax + 2, stream_);
-    quantize_nvfp4_cuda(win, q2, r2, transient_view(s.codes_b, s.scales_b, s.outer_b, out, in, q2), s.amax + 2,
-                        nullptr, bf16_out(s.w), stream_);
+    quantize_nvfp4_cuda(win, q2, r2, transient_view(s.codes_b, s.scales_b, s.outer_b, out, in, q2),
+                        s.amax + 2, nullptr, bf16_out(s.w), stream_);
     gemm_.gemm(false, true, n, out, in, 1.0f, s.a, in, s.w, in, 0.0f, y, out, stream_);
   }
 
@@ -299,11 +308,13 @@ void check_supported(const LinearSpec& spec) {
               " must be NVFP4 here (mixed BF16/NVFP4 operand sets run on the CPU engine)");
   FP4_CHECK(p[Operand::kQ4Wt].source != QuantSource::kOriginal, where,
             ": Q4 source = original is not supported here (use aligned or reuse)");
-  FP4_CHECK(p[Operand::kQ6Xt].source != QuantSource::kReuse, where, ": Q6 source = reuse is not supported here");
+  FP4_CHECK(p[Operand::kQ6Xt].source != QuantSource::kReuse, where,
+            ": Q6 source = reuse is not supported here");
   for (Operand o : {Operand::kQ1X, Operand::kQ3dY, Operand::kQ5dYt, Operand::kQ6Xt})
-    FP4_CHECK(p[o].block == BlockShape::k1x16, where, ": the fused dual quantizer takes 1x16 blocks only for X, dY");
-  FP4_CHECK(p[Operand::kQ4Wt].source == QuantSource::kReuse || p[Operand::kQ2W].block == BlockShape::k1x16, where,
-            ": Q2 16x16 needs Q4 source = reuse");
+    FP4_CHECK(p[o].block == BlockShape::k1x16, where,
+              ": the fused dual quantizer takes 1x16 blocks only for X, dY");
+  FP4_CHECK(p[Operand::kQ4Wt].source == QuantSource::kReuse || p[Operand::kQ2W].block == BlockShape::k1x16,
+            where, ": Q2 16x16 needs Q4 source = reuse");
 }
 
 }  // namespace
@@ -311,7 +322,8 @@ void check_supported(const LinearSpec& spec) {
 std::unique_ptr<LinearCuda> make_quant_linear_cuda(const LinearSpec& spec, const DeviceWeight& weight,
                                                    GemmRunner& gemm, cudaStream_t stream) {
   check_supported(spec);
-  FP4_CHECK(weight.master != nullptr && weight.grad != nullptr, "linear ", spec.name, ": weight not on the device");
+  FP4_CHECK(weight.master != nullptr && weight.grad != nullptr, "linear ", spec.name,
+            ": weight not on the device");
   return std::make_unique<QuantLinearCudaImpl>(spec, weight, gemm, stream);
 }
 

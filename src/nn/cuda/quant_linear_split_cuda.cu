@@ -39,10 +39,10 @@ struct Forward {
   Packed q1, q2;
   float *x8, *w8, *x8_hat, *w8_hat;  // [n x p8], [out x p8]
   uint8_t *x8_codes, *x8_scales, *w8_codes, *w8_scales;
-  uint16_t *x_cat, *w_cat;           // BF16 [n x (p4 + p8)], [out x (p4 + p8)]
-  float *w_hat, *w_hat_t;            // [out x in], [in x out]
-  float* x6;                         // [k4 x n]
-  float* x8t;                        // [k8 x pn]
+  uint16_t *x_cat, *w_cat;  // BF16 [n x (p4 + p8)], [out x (p4 + p8)]
+  float *w_hat, *w_hat_t;   // [out x in], [in x out]
+  float* x6;                // [k4 x n]
+  float* x8t;               // [k8 x pn]
 };
 
 template <typename D>
@@ -100,8 +100,8 @@ Backward carve_backward(uint8_t* base, const D& d, size_t* bytes) {
 }
 
 // quantize_nvfp4_cuda with its tensor amax first (when the spec has one) and optional FP32 values.
-void quantize(const DeviceInput& x, const QuantSpec& spec, const QuantRandomness& r, const Nvfp4DeviceView& out,
-              float* amax, float* values, cudaStream_t s) {
+void quantize(const DeviceInput& x, const QuantSpec& spec, const QuantRandomness& r,
+              const Nvfp4DeviceView& out, float* amax, float* values, cudaStream_t s) {
   if (spec.outer == OuterScale::kTensor) amax_nvfp4_cuda(x, spec, r, amax, s);
   quantize_nvfp4_cuda(x, spec, r, out, amax, nullptr, DequantOutput{values, QuantIoType::kF32, true}, s);
 }
@@ -131,7 +131,8 @@ Nvfp4Tensor fetch_nvfp4(const Nvfp4DeviceView& v, cudaStream_t s) {
   return t;
 }
 
-Mxfp8Tensor fetch_mxfp8(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, cudaStream_t s) {
+Mxfp8Tensor fetch_mxfp8(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols,
+                        cudaStream_t s) {
   Mxfp8Tensor t;
   t.rows = rows;
   t.cols = cols;
@@ -177,21 +178,22 @@ size_t QuantLinearSplitCuda::workspace_bytes(const OutChannels& ch, int n) const
 }
 
 void QuantLinearSplitCuda::sync_channels(const OutChannels& ch) {
-  FP4_CHECK(ch.frozen() && ch.in_features() == spec_.in_features, "linear ", spec_.name, ": out_control state for ",
-            ch.in_features(), " channels (frozen ", ch.frozen(), "), layer has ", spec_.in_features);
+  FP4_CHECK(ch.frozen() && ch.in_features() == spec_.in_features, "linear ", spec_.name,
+            ": out_control state for ", ch.in_features(), " channels (frozen ", ch.frozen(), "), layer has ",
+            spec_.in_features);
   if (ch.c4() == c4_ && ch.c8() == c8_ && idx_.size() > 0) return;
   c4_ = ch.c4();
   c8_ = ch.c8();
   std::vector<int32_t> idx(c4_);
   idx.insert(idx.end(), c8_.begin(), c8_.end());
   ensure(idx_, idx.size());
-  FP4_CUDA_CHECK(cudaMemcpyAsync(idx_.data(), idx.data(), idx.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                 stream_));
+  FP4_CUDA_CHECK(cudaMemcpyAsync(idx_.data(), idx.data(), idx.size() * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_));
   FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host vector goes out of scope
 }
 
-void QuantLinearSplitCuda::forward(const OutChannels& ch, const bf16* x, bf16* y, int n, const QuantContext& ctx,
-                                   uint8_t* workspace) {
+void QuantLinearSplitCuda::forward(const OutChannels& ch, const bf16* x, bf16* y, int n,
+                                   const QuantContext& ctx, uint8_t* workspace) {
   sync_channels(ch);
   ctx_ = ctx;
   d_ = dims(ch, n);
@@ -229,9 +231,9 @@ void QuantLinearSplitCuda::forward(const OutChannels& ch, const bf16* x, bf16* y
   const int64_t kc = d.p4 + d.p8;
   concat_columns_bf16_cuda(f.x4_hat, d.p4, f.x8_hat, d.p8, d.n, f.x_cat, s);
   concat_columns_bf16_cuda(f.w4_hat, d.p4, f.w8_hat, d.p8, d.out, f.w_cat, s);
-  gemm_.gemm(false, true, n, static_cast<int>(d.out), static_cast<int>(kc), 1.0f, reinterpret_cast<bf16*>(f.x_cat),
-             static_cast<int>(kc), reinterpret_cast<bf16*>(f.w_cat), static_cast<int>(kc), 0.0f, y,
-             static_cast<int>(d.out), s);
+  gemm_.gemm(false, true, n, static_cast<int>(d.out), static_cast<int>(kc), 1.0f,
+             reinterpret_cast<bf16*>(f.x_cat), static_cast<int>(kc), reinterpret_cast<bf16*>(f.w_cat),
+             static_cast<int>(kc), 0.0f, y, static_cast<int>(d.out), s);
   if (ctx.inference) return;  // evaluation, generation: no backward operands (Q6 and X8^T run along n)
 
   // Q4 from W^ in channel order (both parts), transposed.
@@ -241,29 +243,31 @@ void QuantLinearSplitCuda::forward(const OutChannels& ch, const bf16* x, bf16* y
   ensure(q4_codes_, static_cast<size_t>(d.in * d.out / 2));
   ensure(q4_scales_, static_cast<size_t>(d.in * d.out / 16));
   ensure(q4_outer_, static_cast<size_t>(nvfp4_outer_count(d.in, d.out, q4.outer)));
-  quantize({f.w_hat_t, kF32, d.in, d.out}, q4, rnd(QuantPurpose::kSrQ4, QuantPurpose::kRhtDx, q4.rht_n), this->q4(),
-           f.amax + 2, nullptr, s);
+  quantize({f.w_hat_t, kF32, d.in, d.out}, q4, rnd(QuantPurpose::kSrQ4, QuantPurpose::kRhtDx, q4.rht_n),
+           this->q4(), f.amax + 2, nullptr, s);
 
   // Q6 over the |C4| real channels along n: X^[:, C4] (aligned) or X[:, C4] (original).
   transpose_cuda(q6.source == QuantSource::kAligned ? f.x4_hat : f.x4, kF32, d.n, d.k4, d.p4, f.x6, d.n, s);
   ensure(q6_codes_, static_cast<size_t>(d.k4 * d.n / 2));
   ensure(q6_scales_, static_cast<size_t>(d.k4 * d.n / 16));
   ensure(q6_outer_, static_cast<size_t>(nvfp4_outer_count(d.k4, d.n, q6.outer)));
-  const Nvfp4DeviceView q6v{q6_codes_.data(), q6_scales_.data(), q6_outer_.data(), d.k4, d.n, q6.block, q6.outer};
-  quantize({f.x6, kF32, d.k4, d.n}, q6, rnd(QuantPurpose::kSrQ6, QuantPurpose::kRhtDw, q6.rht_n), q6v, f.amax + 3,
-           nullptr, s);
+  const Nvfp4DeviceView q6v{q6_codes_.data(), q6_scales_.data(), q6_outer_.data(), d.k4, d.n,
+                            q6.block,         q6.outer};
+  quantize({f.x6, kF32, d.k4, d.n}, q6, rnd(QuantPurpose::kSrQ6, QuantPurpose::kRhtDw, q6.rht_n), q6v,
+           f.amax + 3, nullptr, s);
 
   // dW[:, C8]'s X operand: the forward's FP8 values, transposed and re-quantized along n (padded to 32).
   transpose_cuda(f.x8_hat, kF32, d.n, d.k8, d.p8, f.x8t, d.pn, s);
   ensure(x8t_codes_, static_cast<size_t>(d.k8 * d.pn));
   ensure(x8t_scales_, static_cast<size_t>(d.k8 * d.pn / kMxfp8Block));
-  quantize_mxfp8_cuda({f.x8t, kF32, d.k8, d.pn}, Mxfp8DeviceView{x8t_codes_.data(), x8t_scales_.data(), d.k8, d.pn},
-                      nullptr, s);
+  quantize_mxfp8_cuda({f.x8t, kF32, d.k8, d.pn},
+                      Mxfp8DeviceView{x8t_codes_.data(), x8t_scales_.data(), d.k8, d.pn}, nullptr, s);
 }
 
 Nvfp4DeviceView QuantLinearSplitCuda::q4() {
   const QuantSpec& q4 = p_[Operand::kQ4Wt];
-  return Nvfp4DeviceView{q4_codes_.data(), q4_scales_.data(), q4_outer_.data(), d_.in, d_.out, q4.block, q4.outer};
+  return Nvfp4DeviceView{q4_codes_.data(), q4_scales_.data(), q4_outer_.data(), d_.in,
+                         d_.out,           q4.block,          q4.outer};
 }
 
 void QuantLinearSplitCuda::backward_dw(const bf16* dy, const bf16* dyt_q5, int n, uint8_t* workspace) {
@@ -277,7 +281,8 @@ void QuantLinearSplitCuda::backward_dw(const bf16* dy, const bf16* dyt_q5, int n
             k8 = static_cast<int>(d.k8), pn = static_cast<int>(d.pn);
 
   // dW[:, C4] = Q5(dY^T) Q6^T over n, into the first |C4| columns of b.dw.
-  const Nvfp4DeviceView q6v{q6_codes_.data(), q6_scales_.data(), q6_outer_.data(), d.k4, d.n, q6.block, q6.outer};
+  const Nvfp4DeviceView q6v{q6_codes_.data(), q6_scales_.data(), q6_outer_.data(), d.k4, d.n,
+                            q6.block,         q6.outer};
   dequantize_nvfp4_cuda(q6v, bf16_values(b.q6_values), s);
   gemm_.gemm(false, true, out, k4, n, 1.0f, dyt_q5, n, b.q6_values, n, 0.0f, b.dw, in, s);
 
@@ -286,8 +291,8 @@ void QuantLinearSplitCuda::backward_dw(const bf16* dy, const bf16* dyt_q5, int n
   const Mxfp8DeviceView dyt8{b.dyt_codes, b.dyt_scales, d.out, d.pn};
   quantize_mxfp8_cuda({b.dyt, QuantIoType::kF32, d.out, d.pn}, dyt8, nullptr, s);
   dequantize_mxfp8_cuda(dyt8, b.a8, QuantIoType::kBF16, s);
-  dequantize_mxfp8_cuda(Mxfp8DeviceView{x8t_codes_.data(), x8t_scales_.data(), d.k8, d.pn}, b.b8, QuantIoType::kBF16,
-                        s);
+  dequantize_mxfp8_cuda(Mxfp8DeviceView{x8t_codes_.data(), x8t_scales_.data(), d.k8, d.pn}, b.b8,
+                        QuantIoType::kBF16, s);
   gemm_.gemm(false, true, out, k8, pn, 1.0f, b.a8, pn, b.b8, pn, 0.0f, b.dw + k4, in, s);
 
   // W.grad[:, C4 then C8] += b.dw.
@@ -312,8 +317,8 @@ SplitOperands QuantLinearSplitCuda::operands() const {
   o.w8 = fetch_mxfp8(f.w8_codes, f.w8_scales, d.out, d.p8, s);
   auto* self = const_cast<QuantLinearSplitCuda*>(this);  // the views are read only here
   o.q4 = fetch_nvfp4(self->q4(), s);
-  o.q6 = fetch_nvfp4(Nvfp4DeviceView{self->q6_codes_.data(), self->q6_scales_.data(), self->q6_outer_.data(), d.k4,
-                                     d.n, q6.block, q6.outer},
+  o.q6 = fetch_nvfp4(Nvfp4DeviceView{self->q6_codes_.data(), self->q6_scales_.data(), self->q6_outer_.data(),
+                                     d.k4, d.n, q6.block, q6.outer},
                      s);
   o.x8t = fetch_mxfp8(x8t_codes_.data(), x8t_scales_.data(), d.k8, d.pn, s);
   return o;

@@ -23,7 +23,8 @@ class QuantLinearSplitCuda {
   // Transient bytes of one forward or backward over n rows with `ch`'s channel sets.
   size_t workspace_bytes(const OutChannels& ch, int n) const;
   // y [n x out] BF16 from x [n x in] BF16 and the FP32 master; keeps Q4, Q6 and the FP8 X^T.
-  void forward(const OutChannels& ch, const bf16* x, bf16* y, int n, const QuantContext& ctx, uint8_t* workspace);
+  void forward(const OutChannels& ch, const bf16* x, bf16* y, int n, const QuantContext& ctx,
+               uint8_t* workspace);
   // Q4 (W^T [in x out]) of the last forward, for the layer's dX GEMM.
   Nvfp4DeviceView q4();
   // W.grad += dW of the last forward: dy [n x out] BF16, dyt_q5 the Q5(dY^T) values [out x n] BF16.
@@ -44,12 +45,12 @@ class QuantLinearSplitCuda {
   cudaStream_t stream_;
   LinearPolicy p_;
   QuantContext ctx_;
-  Dims d_{};                          // of the last forward
-  std::vector<int32_t> c4_, c8_;      // host copies of the sets on the device
-  DeviceBuffer<int32_t> idx_;         // C4 then C8
+  Dims d_{};                      // of the last forward
+  std::vector<int32_t> c4_, c8_;  // host copies of the sets on the device
+  DeviceBuffer<int32_t> idx_;     // C4 then C8
   DeviceBuffer<uint8_t> q4_codes_, q4_scales_, q6_codes_, q6_scales_, x8t_codes_, x8t_scales_;
   DeviceBuffer<float> q4_outer_, q6_outer_;
-  uint8_t* fwd_ws_ = nullptr;         // the last forward's workspace (its operands, for tests)
+  uint8_t* fwd_ws_ = nullptr;  // the last forward's workspace (its operands, for tests)
 };
 
 }  // namespace fp4::cuda

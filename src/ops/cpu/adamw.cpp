@@ -14,7 +14,9 @@ void adamw_update(float* p, float* m, float* v, const float* g, int64_t n, const
     v[i] = v[i] * a.beta2 + (gi * gi) * (1.0f - a.beta2);
     const float denom = std::sqrt(v[i]) / bc2_sqrt + a.eps;
     const float r = m[i] / denom;
-    p[i] = p[i] * decay - step_size * (r < -a.ratio_bound ? -a.ratio_bound : r > a.ratio_bound ? a.ratio_bound : r);
+    p[i] = p[i] * decay - step_size * (r < -a.ratio_bound  ? -a.ratio_bound
+                                       : r > a.ratio_bound ? a.ratio_bound
+                                                           : r);
   }
 }
 

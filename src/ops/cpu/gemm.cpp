@@ -33,7 +33,8 @@ std::string blas_advice() {
   const std::string better = blas_better_coretype();
   if (better.empty()) return "";
   return "OpenBLAS uses its generic " + std::string(openblas_get_corename()) +
-         " kernels on this CPU: set OPENBLAS_CORETYPE=" + better + " before starting for faster CPU GEMMs (~2.5x)";
+         " kernels on this CPU: set OPENBLAS_CORETYPE=" + better +
+         " before starting for faster CPU GEMMs (~2.5x)";
 }
 
 }  // namespace fp4::cpu

@@ -23,8 +23,9 @@ inline void check_shape(const char* what, int B, int T, int H, int D, float scal
 inline void check_matrix(const char* what, const char* name, const void* p, int ld, int H, int D) {
   FP4_CHECK(p != nullptr, what, ": ", name, " is a null pointer");
   FP4_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0, what, ": ", name, " must be 16-byte aligned");
-  FP4_CHECK(ld % 8 == 0 && static_cast<int64_t>(ld) >= static_cast<int64_t>(H) * D, what, ": row stride of ", name,
-            " is ", ld, "; it must be a multiple of 8 and at least H*D = ", static_cast<int64_t>(H) * D);
+  FP4_CHECK(ld % 8 == 0 && static_cast<int64_t>(ld) >= static_cast<int64_t>(H) * D, what, ": row stride of ",
+            name, " is ", ld,
+            "; it must be a multiple of 8 and at least H*D = ", static_cast<int64_t>(H) * D);
 }
 
 inline void check_pointer(const char* what, const char* name, const void* p) {

@@ -37,7 +37,9 @@ constexpr BwdVariant kBwdVariants[] = {
     {"bwd d128 keys64 q64 (4 warps)", 128, &launch_attention_backward<128, 4, 64, 1>},
 };
 
-std::span<const BwdVariant> backward_variants() { return kBwdVariants; }
+std::span<const BwdVariant> backward_variants() {
+  return kBwdVariants;
+}
 
 const BwdVariant& default_backward_variant(int D) {
   const char* choice = std::getenv("FP4_ATTENTION_BWD");
@@ -59,8 +61,8 @@ size_t attention_backward_workspace_bytes(int B, int T, int H, int D) {
 
 void attention_backward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, int ld_qkv,
                         const __nv_bfloat16* out, const __nv_bfloat16* dout, int ld_out, const float* lse,
-                        __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, int ld_dqkv, int B, int T, int H,
-                        int D, float scale, void* workspace, cudaStream_t stream) {
+                        __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, int ld_dqkv, int B, int T,
+                        int H, int D, float scale, void* workspace, cudaStream_t stream) {
   constexpr const char* kWhat = "attention_backward";
   attn::check_shape(kWhat, B, T, H, D, scale);
   attn::check_matrix(kWhat, "q", q, ld_qkv, H, D);
@@ -73,8 +75,8 @@ void attention_backward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __
   attn::check_matrix(kWhat, "dv", dv, ld_dqkv, H, D);
   attn::check_pointer(kWhat, "lse", lse);
   attn::check_pointer(kWhat, "workspace", workspace);
-  const attn::BwdArgs a =
-      attn::make_bwd_args(q, k, v, ld_qkv, out, dout, ld_out, lse, dq, dk, dv, ld_dqkv, B, T, H, D, scale, workspace);
+  const attn::BwdArgs a = attn::make_bwd_args(q, k, v, ld_qkv, out, dout, ld_out, lse, dq, dk, dv, ld_dqkv, B,
+                                              T, H, D, scale, workspace);
   attn::default_backward_variant(D).launch(a, stream);
 }
 

@@ -46,9 +46,9 @@ struct BwdParams {
 template <int kD, int kWarps, int kBlockM_>
 struct BwdTile {
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kBlockN = 16 * kWarps;  // keys per CTA
-  static constexpr int kBlockM = kBlockM_;     // queries per step
-  static constexpr int kStride = kD + 8;       // row stride of the [row][d] tiles
+  static constexpr int kBlockN = 16 * kWarps;    // keys per CTA
+  static constexpr int kBlockM = kBlockM_;       // queries per step
+  static constexpr int kStride = kD + 8;         // row stride of the [row][d] tiles
   static constexpr int kStrideDs = kBlockM + 8;  // row stride of dS^T [key][query]
   static constexpr int kMSlices = kBlockM / 16;
   // dQ tile [kBlockM][kD] = dS K: warp w takes query slice w % kMSlices and column group w / kMSlices.
@@ -61,7 +61,9 @@ struct BwdTile {
 };
 
 // Whether keys key0 .. key0+15 see any query of the tile starting at q0 (causal: key <= query).
-__device__ __forceinline__ bool keys_see_tile(int key0, int q0, int block_m) { return key0 <= q0 + block_m - 1; }
+__device__ __forceinline__ bool keys_see_tile(int key0, int q0, int block_m) {
+  return key0 <= q0 + block_m - 1;
+}
 
 // acc = R C^T for this warp's 16 rows of rows_tile (R: [row][d]) and the kN rows of cols_tile ([n][d]):
 // S^T = K Q^T and dP^T = V dO^T. acc[j] holds columns 8j .. 8j+7.
@@ -88,8 +90,8 @@ __device__ __forceinline__ void bwd_rows_times_cols(FragC (&acc)[kN / 8], const 
 // lse, delta: this query tile's LSE (natural log) and Delta in shared memory.
 template <int kBlockM>
 __device__ __forceinline__ void bwd_probs(FragC (&s)[kBlockM / 8], FragC (&dp)[kBlockM / 8], const float* lse,
-                                          const float* delta, int key0, int q0, int T, bool mask, float scale_log2,
-                                          int lane) {
+                                          const float* delta, int key0, int q0, int T, bool mask,
+                                          float scale_log2, int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int j = 0; j < kBlockM / 8; ++j) {
@@ -112,8 +114,8 @@ __device__ __forceinline__ void bwd_probs(FragC (&s)[kBlockM / 8], FragC (&dp)[k
 // acc[16 rows][kD] += A B with A = a (16 x kBlockM, k = queries, from registers) and B = tile [query][d]:
 // dV += P^T dO and dK += dS^T Q.
 template <int kD, int kBlockM, int kStride>
-__device__ __forceinline__ void bwd_accumulate(FragC (&acc)[kD / 8], const FragA (&a)[kBlockM / 16], const bf16* tile,
-                                               int lane) {
+__device__ __forceinline__ void bwd_accumulate(FragC (&acc)[kD / 8], const FragA (&a)[kBlockM / 16],
+                                               const bf16* tile, int lane) {
 #pragma unroll
   for (int ks = 0; ks < kBlockM / 16; ++ks)
 #pragma unroll
@@ -127,7 +129,8 @@ __device__ __forceinline__ void bwd_accumulate(FragC (&acc)[kD / 8], const FragA
 
 // Writes this warp's dS^T rows (16 keys from row0 of the [key][query] tile) from its BF16 A fragments.
 template <int kBlockM, int kStrideDs>
-__device__ __forceinline__ void bwd_store_ds(bf16* ds_tile, int row0, const FragA (&dsa)[kBlockM / 16], int lane) {
+__device__ __forceinline__ void bwd_store_ds(bf16* ds_tile, int row0, const FragA (&dsa)[kBlockM / 16],
+                                             int lane) {
   const int g = lane >> 2, t = lane & 3;
   bf16* r_lo = ds_tile + (row0 + g) * kStrideDs + 2 * t;
   bf16* r_hi = r_lo + 8 * kStrideDs;
@@ -143,8 +146,8 @@ __device__ __forceinline__ void bwd_store_ds(bf16* ds_tile, int row0, const Frag
 // dq_accum[q0 .. q0+kBlockM) += dS K for this CTA's keys (unscaled; the conversion kernel applies scale).
 // Warp w computes query slice w % kMSlices, columns [cg*kDqCols, (cg+1)*kDqCols) with cg = w / kMSlices.
 template <typename Tile, int kD>
-__device__ __forceinline__ void bwd_dq(float* dq_accum, const bf16* ds_tile, const bf16* k_tile, int key0, int q0,
-                                       int T, int warp, int lane) {
+__device__ __forceinline__ void bwd_dq(float* dq_accum, const bf16* ds_tile, const bf16* k_tile, int key0,
+                                       int q0, int T, int warp, int lane) {
   constexpr int kWarps = Tile::kThreads / 32;
   const int ms = warp % Tile::kMSlices, cg = warp / Tile::kMSlices;
   const int qs = q0 + ms * 16;
@@ -153,7 +156,7 @@ __device__ __forceinline__ void bwd_dq(float* dq_accum, const bf16* ds_tile, con
 #pragma unroll
   for (int j = 0; j < Tile::kDqCols / 8; ++j) zero(acc[j]);
 #pragma unroll
-  for (int ks = 0; ks < kWarps; ++ks) {  // 16 keys per step: the keys of warp ks
+  for (int ks = 0; ks < kWarps; ++ks) {                            // 16 keys per step: the keys of warp ks
     if (!keys_see_tile(key0 + ks * 16, q0, Tile::kBlockM)) break;  // dS^T rows never written this tile
     const FragA a = load_a_trans<Tile::kStrideDs>(ds_tile, ms * 16, ks * 16, lane);
 #pragma unroll
@@ -170,15 +173,17 @@ __device__ __forceinline__ void bwd_dq(float* dq_accum, const bf16* ds_tile, con
 #pragma unroll
   for (int j = 0; j < Tile::kDqCols / 8; ++j) {
     if (row < T) atomicAdd(reinterpret_cast<float2*>(dst + j * 8), make_float2(acc[j].x[0], acc[j].x[1]));
-    if (row + 8 < T) atomicAdd(reinterpret_cast<float2*>(dst + 8 * kD + j * 8), make_float2(acc[j].x[2], acc[j].x[3]));
+    if (row + 8 < T)
+      atomicAdd(reinterpret_cast<float2*>(dst + 8 * kD + j * 8), make_float2(acc[j].x[2], acc[j].x[3]));
   }
 }
 
 // Epilogue of every backward kernel: this warp's 16 keys (wkey0 ..) of dK = scale * dS^T Q and dV = P^T dO
 // as BF16, keys < T; dk[j] / dv[j] hold head dims 8j .. 8j+7 (the mma/wgmma accumulator layout).
 template <int kD>
-__device__ __forceinline__ void store_dk_dv(const BwdParams& p, const FragC (&dk)[kD / 8], const FragC (&dv)[kD / 8],
-                                            int wkey0, int64_t tok0, int h, int lane) {
+__device__ __forceinline__ void store_dk_dv(const BwdParams& p, const FragC (&dk)[kD / 8],
+                                            const FragC (&dv)[kD / 8], int wkey0, int64_t tok0, int h,
+                                            int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -231,7 +236,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) attention_bwd_kernel(
   auto load_query_tile = [&](int i, int st) {
     const int qt0 = i * kBlockM;
     copy_tile_async<kBlockM, kD, kStride, kThreads>(s_q + st * kBlockM * kStride, q, p.ld_qkv, qt0, p.T, tid);
-    copy_tile_async<kBlockM, kD, kStride, kThreads>(s_do + st * kBlockM * kStride, dout, p.ld_out, qt0, p.T, tid);
+    copy_tile_async<kBlockM, kD, kStride, kThreads>(s_do + st * kBlockM * kStride, dout, p.ld_out, qt0, p.T,
+                                                    tid);
     for (int r = tid; r < 2 * kBlockM; r += kThreads) {
       const int row = qt0 + (r % kBlockM);
       const bool valid = row < p.T;
@@ -308,8 +314,8 @@ __device__ __forceinline__ float delta_part(const bf16* out, const bf16* dout, i
 
 // Delta[b][h][t] = sum_d dO * O (FP32) for one (token, head) row per kD/8 lanes; 16-byte loads.
 template <int kD>
-__global__ void attention_bwd_delta_kernel(const bf16* out, const bf16* dout, int64_t ld_out, float* delta, int B,
-                                           int T, int H) {
+__global__ void attention_bwd_delta_kernel(const bf16* out, const bf16* dout, int64_t ld_out, float* delta,
+                                           int B, int T, int H) {
   constexpr int kLanes = kD / 8;  // divides 32: a row's lanes sit in one warp
   const int64_t rows = static_cast<int64_t>(B) * T * H;
   const int64_t gid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -357,18 +363,18 @@ inline size_t bwd_workspace_bytes(int B, int T, int H, int D) {
 
 // Everything the backward needs besides the tile configuration.
 struct BwdArgs {
-  BwdParams p;     // p.delta and p.dq_accum point into the workspace
+  BwdParams p;      // p.delta and p.dq_accum point into the workspace
   const bf16* out;  // the forward's output, for Delta
   float* delta;     // writable view of p.delta
   bf16* dq;
 };
 
-inline BwdArgs make_bwd_args(const bf16* q, const bf16* k, const bf16* v, int ld_qkv, const bf16* out, const bf16* dout,
-                             int ld_out, const float* lse, bf16* dq, bf16* dk, bf16* dv, int ld_dqkv, int B, int T,
-                             int H, int D, float scale, void* workspace) {
+inline BwdArgs make_bwd_args(const bf16* q, const bf16* k, const bf16* v, int ld_qkv, const bf16* out,
+                             const bf16* dout, int ld_out, const float* lse, bf16* dq, bf16* dk, bf16* dv,
+                             int ld_dqkv, int B, int T, int H, int D, float scale, void* workspace) {
   float* dq_accum = static_cast<float*>(workspace);
   float* delta = reinterpret_cast<float*>(static_cast<char*>(workspace) + bwd_dq_accum_bytes(B, T, H, D));
-  const BwdParams p{q,  k,  v,       ld_qkv, dout, ld_out, lse,   delta,          dq_accum,
+  const BwdParams p{q,  k,  v,       ld_qkv, dout, ld_out, lse,   delta,         dq_accum,
                     dk, dv, ld_dqkv, B,      T,    H,      scale, scale * kLog2e};
   return BwdArgs{p, out, delta, dq};
 }
@@ -384,19 +390,22 @@ void launch_attention_backward(const BwdArgs& a, cudaStream_t stream) {
   FP4_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, bwd_dq_accum_bytes(p.B, p.T, p.H, kD), stream));
 
   const int64_t delta_threads = rows * (kD / 8);
-  attention_bwd_delta_kernel<kD><<<static_cast<unsigned>((delta_threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
-      a.out, p.dout, p.ld_out, a.delta, p.B, p.T, p.H);
+  attention_bwd_delta_kernel<kD>
+      <<<static_cast<unsigned>((delta_threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
+          a.out, p.dout, p.ld_out, a.delta, p.B, p.T, p.H);
   FP4_CUDA_CHECK_LAUNCH("attention_bwd_delta_kernel");
 
   const auto kernel = attention_bwd_kernel<kD, kWarps, kBlockM, kMinBlocks>;
   FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-  const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + Tile::kBlockN - 1) / Tile::kBlockN));
+  const dim3 grid(static_cast<unsigned>(p.B * p.H),
+                  static_cast<unsigned>((p.T + Tile::kBlockN - 1) / Tile::kBlockN));
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
   FP4_CUDA_CHECK_LAUNCH("attention_bwd_kernel");
 
   const int64_t dq_threads = rows * (kD / 8);
-  attention_bwd_dq_kernel<kD><<<static_cast<unsigned>((dq_threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
-      p.dq_accum, a.dq, p.ld_dqkv, p.B, p.T, p.H, p.scale);
+  attention_bwd_dq_kernel<kD>
+      <<<static_cast<unsigned>((dq_threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
+          p.dq_accum, a.dq, p.ld_dqkv, p.B, p.T, p.H, p.scale);
   FP4_CUDA_CHECK_LAUNCH("attention_bwd_dq_kernel");
 }
 

@@ -37,10 +37,10 @@ namespace fp4::cuda::attn {
 
 template <int kD>
 struct WgPipeTile {
-  static constexpr int kThreads = 256;  // two warpgroups
-  static constexpr int kBlockN = 128;   // keys per CTA
-  static constexpr int kBlockM = 64;    // queries per step
-  static constexpr int kStages = 3;     // query tiles i (in use), i+1 (landed), i+2 (loading)
+  static constexpr int kThreads = 256;          // two warpgroups
+  static constexpr int kBlockN = 128;           // keys per CTA
+  static constexpr int kBlockM = 64;            // queries per step
+  static constexpr int kStages = 3;             // query tiles i (in use), i+1 (landed), i+2 (loading)
   static constexpr bool kKvInRegs = kD == 64;   // K and V as A fragments: 32 registers
   static constexpr bool kOverlapDq = kD == 64;  // dQ atomics overlap the next S^T, dP^T (64 more registers)
   // Warpgroup 1 skips the products of the diagonal step (its keys all exceed the queries). D = 128 runs
@@ -60,7 +60,8 @@ struct WgPipeTile {
   static constexpr int kOffDelta = kOffLse + kStages * kBlockM * 4;
   static constexpr int kSmemBytes = kOffDelta + kStages * kBlockM * 4 + 1024;  // + slack to align the base
   static_assert(kD == 64 || kD == 128, "head size 64 or 128");
-  static_assert(kKvBytes % 1024 == 0 && kQBytes % 1024 == 0 && kDsBytes % 1024 == 0, "tiles stay 1024-aligned");
+  static_assert(kKvBytes % 1024 == 0 && kQBytes % 1024 == 0 && kDsBytes % 1024 == 0,
+                "tiles stay 1024-aligned");
   static_assert(kSmemBytes <= 227 * 1024, "fits the opt-in shared memory of an SM");
 };
 
@@ -73,7 +74,8 @@ __device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
 template <int kN>
 __device__ __forceinline__ void forget(FragC (&c)[kN]) {
 #pragma unroll
-  for (int j = 0; j < kN; ++j) asm volatile("" : "=f"(c[j].x[0]), "=f"(c[j].x[1]), "=f"(c[j].x[2]), "=f"(c[j].x[3]));
+  for (int j = 0; j < kN; ++j)
+    asm volatile("" : "=f"(c[j].x[0]), "=f"(c[j].x[1]), "=f"(c[j].x[2]), "=f"(c[j].x[3]));
 }
 
 // Zeros rows row0 .. row0+63 of a dS^T tile (64 query columns: one 128-byte row each), by the 128 threads
@@ -95,7 +97,8 @@ __device__ __forceinline__ void wg_add_dq(float* dq_accum, const FragC (&dq)[kD 
 #pragma unroll
   for (int j = 0; j < kD / 16; ++j) {
     if (row < T) atomicAdd(reinterpret_cast<float2*>(dst + j * 8), make_float2(dq[j].x[0], dq[j].x[1]));
-    if (row + 8 < T) atomicAdd(reinterpret_cast<float2*>(dst + 8 * kD + j * 8), make_float2(dq[j].x[2], dq[j].x[3]));
+    if (row + 8 < T)
+      atomicAdd(reinterpret_cast<float2*>(dst + 8 * kD + j * 8), make_float2(dq[j].x[2], dq[j].x[3]));
   }
 }
 
@@ -149,7 +152,7 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_pipe_kernel(const 
     }
   };
 
-  const int wg_key0 = key0 + 64 * wg;     // this warpgroup's first key
+  const int wg_key0 = key0 + 64 * wg;      // this warpgroup's first key
   const int wkey0 = wg_key0 + 16 * wwarp;  // this warp's first key
   FragA kf[Tile::kKvInRegs ? kD / 16 : 1], vf[Tile::kKvInRegs ? kD / 16 : 1];
 
@@ -162,7 +165,8 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_pipe_kernel(const 
       if constexpr (Tile::kKvInRegs) {
         wgmma_rs<0>(s, kf[kk], desc_k_major<kBlockM>(q_stage(st), 0, kk), kk > 0);
       } else {
-        wgmma_ss<0, 0>(s, desc_k_major<kBlockN>(s_k, 64 * wg, kk), desc_k_major<kBlockM>(q_stage(st), 0, kk), kk > 0);
+        wgmma_ss<0, 0>(s, desc_k_major<kBlockN>(s_k, 64 * wg, kk), desc_k_major<kBlockM>(q_stage(st), 0, kk),
+                       kk > 0);
       }
     }
     wgmma_commit();
@@ -175,7 +179,8 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_pipe_kernel(const 
       if constexpr (Tile::kKvInRegs) {
         wgmma_rs<0>(dp, vf[kk], desc_k_major<kBlockM>(do_stage(st), 0, kk), kk > 0);
       } else {
-        wgmma_ss<0, 0>(dp, desc_k_major<kBlockN>(s_v, 64 * wg, kk), desc_k_major<kBlockM>(do_stage(st), 0, kk), kk > 0);
+        wgmma_ss<0, 0>(dp, desc_k_major<kBlockN>(s_v, 64 * wg, kk),
+                       desc_k_major<kBlockM>(do_stage(st), 0, kk), kk > 0);
       }
     }
     wgmma_commit();
@@ -274,8 +279,8 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_pipe_kernel(const 
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kBlockN / 16; ++ks)
-        wgmma_ss<1, 1>(dq, desc_mn_major<kBlockN>(ds_tile, 0, ks), desc_mn_major<kBlockN>(s_k, wg * (kD / 2), ks),
-                       ks > 0);
+        wgmma_ss<1, 1>(dq, desc_mn_major<kBlockN>(ds_tile, 0, ks),
+                       desc_mn_major<kBlockN>(s_k, wg * (kD / 2), ks), ks > 0);
       wgmma_commit();
     };
     if constexpr (Tile::kOverlapDq) {
@@ -326,11 +331,13 @@ void launch_attention_backward_wgmma_pipe(const BwdArgs& a, cudaStream_t stream)
 
   const auto kernel = attention_bwd_wgmma_pipe_kernel<kD>;
   FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-  const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + Tile::kBlockN - 1) / Tile::kBlockN));
+  const dim3 grid(static_cast<unsigned>(p.B * p.H),
+                  static_cast<unsigned>((p.T + Tile::kBlockN - 1) / Tile::kBlockN));
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
   FP4_CUDA_CHECK_LAUNCH("attention_bwd_wgmma_pipe_kernel");
 
-  attention_bwd_dq_kernel<kD><<<row_blocks, kBlock, 0, stream>>>(p.dq_accum, a.dq, p.ld_dqkv, p.B, p.T, p.H, p.scale);
+  attention_bwd_dq_kernel<kD>
+      <<<row_blocks, kBlock, 0, stream>>>(p.dq_accum, a.dq, p.ld_dqkv, p.B, p.T, p.H, p.scale);
   FP4_CUDA_CHECK_LAUNCH("attention_bwd_dq_kernel");
 }
 

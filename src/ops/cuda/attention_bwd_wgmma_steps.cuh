@@ -21,8 +21,8 @@ namespace fp4::cuda::attn {
 // with mask, pairs with key > query or query >= T get 0. Element e of block j: key = key0 + g + 8*(e/2),
 // query = q0 + 8j + 2t + e%2.
 template <int kBlockM>
-__device__ __forceinline__ void wg_probs(FragC (&s)[kBlockM / 8], const float* lse, int key0, int q0, int T, bool mask,
-                                         float scale_log2, int lane) {
+__device__ __forceinline__ void wg_probs(FragC (&s)[kBlockM / 8], const float* lse, int key0, int q0, int T,
+                                         bool mask, float scale_log2, int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int j = 0; j < kBlockM / 8; ++j) {
@@ -41,8 +41,8 @@ __device__ __forceinline__ void wg_probs(FragC (&s)[kBlockM / 8], const float* l
 
 // dp (dP^T) becomes dS^T = P^T * (dP^T - Delta), FP32.
 template <int kBlockM>
-__device__ __forceinline__ void wg_dscores(FragC (&dp)[kBlockM / 8], const FragC (&pr)[kBlockM / 8], const float* delta,
-                                           int lane) {
+__device__ __forceinline__ void wg_dscores(FragC (&dp)[kBlockM / 8], const FragC (&pr)[kBlockM / 8],
+                                           const float* delta, int lane) {
   const int t = lane & 3;
 #pragma unroll
   for (int j = 0; j < kBlockM / 8; ++j) {
@@ -60,7 +60,8 @@ __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
 
 // Writes this warp's dS^T rows (row0 .. row0+15 of the swizzled [key][query] tile) from its A fragments.
 template <int kRows, int kBlockM>
-__device__ __forceinline__ void wg_store_ds(uint32_t ds_tile, int row0, const FragA (&dsa)[kBlockM / 16], int lane) {
+__device__ __forceinline__ void wg_store_ds(uint32_t ds_tile, int row0, const FragA (&dsa)[kBlockM / 16],
+                                            int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int ks = 0; ks < kBlockM / 16; ++ks) {

@@ -32,7 +32,7 @@ void attention_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __n
 size_t attention_backward_workspace_bytes(int B, int T, int H, int D);
 void attention_backward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, int ld_qkv,
                         const __nv_bfloat16* out, const __nv_bfloat16* dout, int ld_out, const float* lse,
-                        __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, int ld_dqkv, int B, int T, int H,
-                        int D, float scale, void* workspace, cudaStream_t stream);
+                        __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, int ld_dqkv, int B, int T,
+                        int H, int D, float scale, void* workspace, cudaStream_t stream);
 
 }  // namespace fp4::cuda

@@ -55,8 +55,9 @@ struct FwdTile {
 // S = Q K^T for this warp's query slices and one key tile: s[slice][j] holds keys 8j .. 8j+7 of the tile.
 // qf: the warp's Q rows as A fragments (k = head dim); k_tile: [key][d] in shared memory.
 template <int kD, int kSlices, int kBlockN, int kStride>
-__device__ __forceinline__ void fwd_scores(FragC (&s)[kSlices][kBlockN / 8], const FragA (&qf)[kSlices][kD / 16],
-                                           const bf16* k_tile, int lane) {
+__device__ __forceinline__ void fwd_scores(FragC (&s)[kSlices][kBlockN / 8],
+                                           const FragA (&qf)[kSlices][kD / 16], const bf16* k_tile,
+                                           int lane) {
 #pragma unroll
   for (int sl = 0; sl < kSlices; ++sl)
 #pragma unroll
@@ -99,7 +100,8 @@ __device__ __forceinline__ void fwd_mask(FragC (&s)[kSlices][kBlockN / 8], int k
 // and replaces s by P = 2^(s*scale_log2 - m_new) (FP32, not yet normalised).
 template <int kD, int kSlices, int kBlockN>
 __device__ __forceinline__ void fwd_softmax(FragC (&s)[kSlices][kBlockN / 8], FragC (&o)[kSlices][kD / 8],
-                                            float (&m)[2 * kSlices], float (&l)[2 * kSlices], float scale_log2) {
+                                            float (&m)[2 * kSlices], float (&l)[2 * kSlices],
+                                            float scale_log2) {
 #pragma unroll
   for (int sl = 0; sl < kSlices; ++sl)
 #pragma unroll
@@ -107,12 +109,13 @@ __device__ __forceinline__ void fwd_softmax(FragC (&s)[kSlices][kBlockN / 8], Fr
       const int r = 2 * sl + half;
       float mx = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[sl][j].x[2 * half], s[sl][j].x[2 * half + 1]));
+      for (int j = 0; j < kBlockN / 8; ++j)
+        mx = fmaxf(mx, fmaxf(s[sl][j].x[2 * half], s[sl][j].x[2 * half + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-      const float m_new = fmaxf(m[r], mx * scale_log2);  // scale_log2 > 0: max commutes with the scaling
+      const float m_new = fmaxf(m[r], mx * scale_log2);     // scale_log2 > 0: max commutes with the scaling
       const float base = m_new == -INFINITY ? 0.f : m_new;  // nothing unmasked yet: keep everything at 0
-      const float alpha = ex2(m[r] - base);                  // 0 on the first tile (m = -inf)
+      const float alpha = ex2(m[r] - base);                 // 0 on the first tile (m = -inf)
       m[r] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -134,8 +137,9 @@ __device__ __forceinline__ void fwd_softmax(FragC (&s)[kSlices][kBlockN / 8], Fr
 
 // O += P V: P (the softmaxed s, rounded to BF16) as A fragments, V tile [key][d] as B.
 template <int kD, int kSlices, int kBlockN, int kStride>
-__device__ __forceinline__ void fwd_accumulate_pv(FragC (&o)[kSlices][kD / 8], const FragC (&p)[kSlices][kBlockN / 8],
-                                                  const bf16* v_tile, int lane) {
+__device__ __forceinline__ void fwd_accumulate_pv(FragC (&o)[kSlices][kD / 8],
+                                                  const FragC (&p)[kSlices][kBlockN / 8], const bf16* v_tile,
+                                                  int lane) {
 #pragma unroll
   for (int ks = 0; ks < kBlockN / 16; ++ks) {
     FragA pa[kSlices];
@@ -156,7 +160,8 @@ __device__ __forceinline__ void fwd_accumulate_pv(FragC (&o)[kSlices][kD / 8], c
 
 // Grid: x = batch*head, y = query tile, heaviest (last) tiles first so the causal triangle balances.
 template <int kD, int kSlices, int kMinBlocks>
-__global__ void __launch_bounds__(FwdTile<kD, kSlices>::kThreads, kMinBlocks) attention_fwd_kernel(const FwdParams p) {
+__global__ void __launch_bounds__(FwdTile<kD, kSlices>::kThreads, kMinBlocks)
+    attention_fwd_kernel(const FwdParams p) {
   using Tile = FwdTile<kD, kSlices>;
   constexpr int kStride = Tile::kStride, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
   constexpr int kThreads = Tile::kThreads;
@@ -201,7 +206,7 @@ __global__ void __launch_bounds__(FwdTile<kD, kSlices>::kThreads, kMinBlocks) at
       copy_tile_async<kBlockN, kD, kStride, kThreads>(s_k + next, k, p.ld_qkv, (j + 1) * kBlockN, p.T, tid);
       copy_tile_async<kBlockN, kD, kStride, kThreads>(s_v + next, v, p.ld_qkv, (j + 1) * kBlockN, p.T, tid);
     }
-    cp_async_commit();  // possibly empty: keeps the wait below uniform
+    cp_async_commit();   // possibly empty: keeps the wait below uniform
     cp_async_wait<1>();  // tile j (and on j == 0 the Q tile) has landed
     __syncthreads();
     if (j == 0) {
@@ -255,7 +260,8 @@ void launch_attention_forward(const FwdParams& p, cudaStream_t stream) {
   using Tile = FwdTile<kD, kSlices>;
   const auto kernel = attention_fwd_kernel<kD, kSlices, kMinBlocks>;
   FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-  const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + Tile::kBlockM - 1) / Tile::kBlockM));
+  const dim3 grid(static_cast<unsigned>(p.B * p.H),
+                  static_cast<unsigned>((p.T + Tile::kBlockM - 1) / Tile::kBlockM));
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
   FP4_CUDA_CHECK_LAUNCH("attention_fwd_kernel");
 }

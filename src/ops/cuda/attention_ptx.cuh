@@ -71,10 +71,13 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
 // 4-byte asynchronous copy global -> shared (through L1); when !valid nothing is read and a zero is written.
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool valid) {
   const int src_bytes = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 
 // Waits until at most kPending of this thread's committed groups are still in flight.
 template <int kPending>

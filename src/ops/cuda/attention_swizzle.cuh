@@ -18,7 +18,8 @@ namespace fp4::cuda::attn {
 // Byte offset of element (r, c) in a swizzled tile of kRows rows.
 template <int kRows>
 __device__ __forceinline__ uint32_t sw128_offset(int r, int c) {
-  return static_cast<uint32_t>((c >> 6) * (kRows * 128) + r * 128 + ((((c >> 3) & 7) ^ (r & 7)) << 4) + (c & 7) * 2);
+  return static_cast<uint32_t>((c >> 6) * (kRows * 128) + r * 128 + ((((c >> 3) & 7) ^ (r & 7)) << 4) +
+                               (c & 7) * 2);
 }
 
 // copy_rows_async into the 128-byte-swizzled tile at shared address dst.
@@ -26,15 +27,15 @@ template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void copy_tile_sw128(uint32_t dst, const __nv_bfloat16* src, int64_t ld, int row0,
                                                 int row_end, int tid) {
   static_assert(kCols % 64 == 0, "the swizzled layout holds 64-column blocks");
-  copy_rows_async<kRows, kCols, kThreads>([dst](int r, int col) { return dst + sw128_offset<kRows>(r, col); }, src,
-                                          ld, row0, row_end, tid);
+  copy_rows_async<kRows, kCols, kThreads>([dst](int r, int col) { return dst + sw128_offset<kRows>(r, col); },
+                                          src, ld, row0, row_end, tid);
 }
 
 // copy_tile_sw128 for a thread count that need not divide the tile's 16-byte chunks (three warpgroups
 // and a 64-column tile, for example): the last round of chunks goes to the first threads only.
 template <int kRows, int kCols, int kThreads>
-__device__ __forceinline__ void copy_tile_sw128_any(uint32_t dst, const __nv_bfloat16* src, int64_t ld, int row0,
-                                                    int row_end, int tid) {
+__device__ __forceinline__ void copy_tile_sw128_any(uint32_t dst, const __nv_bfloat16* src, int64_t ld,
+                                                    int row0, int row_end, int tid) {
   static_assert(kCols % 64 == 0, "the swizzled layout holds 64-column blocks");
   constexpr int kChunksPerRow = kCols / 8;
   constexpr int kChunks = kRows * kChunksPerRow;

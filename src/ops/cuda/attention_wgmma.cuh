@@ -20,13 +20,18 @@ namespace fp4::cuda::attn {
 //  K-major operand (rows = M or N, the 16 k of a step contiguous): lbo unused, sbo = 1024 (8 rows of 128 B).
 //  MN-major operand (rows = k, M or N contiguous): lbo = bytes between 64-column blocks, sbo = 1024.
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>((lbo & 0x3FFFFu) >> 4) << 16) |
+  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) |
+         (static_cast<uint64_t>((lbo & 0x3FFFFu) >> 4) << 16) |
          (static_cast<uint64_t>((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
 }
 
 // Orders this thread's register writes before the wgmma that reads them as accumulator or A.
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
 // Waits until at most kPending of this warpgroup's committed wgmma groups are in flight.
 template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
@@ -35,7 +40,9 @@ __device__ __forceinline__ void wgmma_wait() {
 
 // Makes this thread's generic-proxy shared-memory writes (st.shared, cp.async) visible to the async proxy
 // that wgmma reads shared memory through; a barrier must follow before another thread's wgmma.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 
 // The compiler sees a wgmma's accumulators as written when the asm issues; this empty volatile asm,
 // placed after wgmma_wait, makes every later read of them depend on the wait.
@@ -79,7 +86,8 @@ __device__ __forceinline__ void wgmma_rs_n64(FragC (&d)[8], const FragA& a, uint
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, "
+      "%38;\n}\n"
       : FP4_WG_C4(0), FP4_WG_C4(4)
       : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "l"(b), "r"(static_cast<int>(accumulate)),
         "n"(kTransB));
@@ -93,7 +101,8 @@ __device__ __forceinline__ void wgmma_rs_n128(FragC (&d)[16], const FragA& a, ui
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
       "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
       "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, %70;\n}\n"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, "
+      "%70;\n}\n"
       : FP4_WG_C4(0), FP4_WG_C4(4), FP4_WG_C4(8), FP4_WG_C4(12)
       : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "l"(b), "r"(static_cast<int>(accumulate)),
         "n"(kTransB));

@@ -9,21 +9,22 @@
 #include "core/error.h"
 
 // Throws fp4::Error naming the call, its file:line and the runtime's own error string.
-#define FP4_CUDA_CHECK(expr)                                                                       \
-  do {                                                                                             \
-    const cudaError_t fp4_cuda_status_ = (expr);                                                   \
-    if (fp4_cuda_status_ != cudaSuccess)                                                           \
-      FP4_THROW(__FILE__, ":", __LINE__, ": ", #expr, " failed: ", cudaGetErrorName(fp4_cuda_status_), \
-                " (", cudaGetErrorString(fp4_cuda_status_), ")");                                  \
+#define FP4_CUDA_CHECK(expr)                                                                                 \
+  do {                                                                                                       \
+    const cudaError_t fp4_cuda_status_ = (expr);                                                             \
+    if (fp4_cuda_status_ != cudaSuccess)                                                                     \
+      FP4_THROW(__FILE__, ":", __LINE__, ": ", #expr, " failed: ", cudaGetErrorName(fp4_cuda_status_), " (", \
+                cudaGetErrorString(fp4_cuda_status_), ")");                                                  \
   } while (0)
 
 // After a kernel launch: reports a bad launch configuration (or an earlier asynchronous error).
-#define FP4_CUDA_CHECK_LAUNCH(kernel_name)                                                         \
-  do {                                                                                             \
-    const cudaError_t fp4_cuda_status_ = cudaGetLastError();                                       \
-    if (fp4_cuda_status_ != cudaSuccess)                                                           \
-      FP4_THROW(__FILE__, ":", __LINE__, ": launch of ", kernel_name, " failed: ",                 \
-                cudaGetErrorName(fp4_cuda_status_), " (", cudaGetErrorString(fp4_cuda_status_), ")"); \
+#define FP4_CUDA_CHECK_LAUNCH(kernel_name)                                                                   \
+  do {                                                                                                       \
+    const cudaError_t fp4_cuda_status_ = cudaGetLastError();                                                 \
+    if (fp4_cuda_status_ != cudaSuccess)                                                                     \
+      FP4_THROW(__FILE__, ":", __LINE__, ": launch of ", kernel_name,                                        \
+                " failed: ", cudaGetErrorName(fp4_cuda_status_), " (", cudaGetErrorString(fp4_cuda_status_), \
+                ")");                                                                                        \
   } while (0)
 
 namespace fp4 {
@@ -39,7 +40,8 @@ class DeviceBuffer {
   ~DeviceBuffer() { release(); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       release();

@@ -59,17 +59,18 @@ const GemmF32Runner::Plan& GemmF32Runner::plan(const Key& key) {
   return *plans_.emplace(key, std::move(p)).first->second;
 }
 
-void GemmF32Runner::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-                         const float* b, int ldb, float beta, float* c, int ldc, cudaStream_t stream,
+void GemmF32Runner::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                         int lda, const float* b, int ldb, float beta, float* c, int ldc, cudaStream_t stream,
                          const float* c_in) {
   FP4_CHECK(m >= 0 && n >= 0 && k > 0, "gemm (FP32): bad sizes m=", m, " n=", n, " k=", k);
-  FP4_CHECK(lda >= std::max(1, trans_a ? m : k) && ldb >= std::max(1, trans_b ? k : n) && ldc >= std::max(1, n),
-            "gemm (FP32): leading dimensions lda=", lda, " ldb=", ldb, " ldc=", ldc, " are too small for m=", m,
-            " n=", n, " k=", k);
+  FP4_CHECK(
+      lda >= std::max(1, trans_a ? m : k) && ldb >= std::max(1, trans_b ? k : n) && ldc >= std::max(1, n),
+      "gemm (FP32): leading dimensions lda=", lda, " ldb=", ldb, " ldc=", ldc, " are too small for m=", m,
+      " n=", n, " k=", k);
   if (m == 0 || n == 0) return;
   const Plan& p = plan(Key{trans_a, trans_b, m, n, k, lda, ldb, ldc});
-  FP4_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, b, p.first, a, p.second, &beta, c_in ? c_in : c, p.c,
-                                  c, p.c, &p.algo, workspace_.data(), workspace_.bytes(), stream));
+  FP4_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, b, p.first, a, p.second, &beta, c_in ? c_in : c,
+                                  p.c, c, p.c, &p.algo, workspace_.data(), workspace_.bytes(), stream));
 }
 
 }  // namespace fp4::cuda

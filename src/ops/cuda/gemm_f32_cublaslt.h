@@ -23,8 +23,9 @@ class GemmF32Runner {
 
   // As cpu::gemm: op(A) is [m,k], op(B) is [k,n], C is [m,n] with row stride ldc. C_in (the beta term)
   // has C's stride; nullptr means C itself. Throws fp4::Error on bad sizes or cuBLASLt failures.
-  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
-            int ldb, float beta, float* c, int ldc, cudaStream_t stream, const float* c_in = nullptr);
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+            const float* b, int ldb, float beta, float* c, int ldc, cudaStream_t stream,
+            const float* c_in = nullptr);
 
  private:
   struct Plan;

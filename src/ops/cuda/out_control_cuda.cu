@@ -35,8 +35,8 @@ __global__ void column_norm_sums_kernel(const uint16_t* x, int64_t rows, int64_t
   sums[cols + c] += sq;
 }
 
-__global__ void gather_columns_kernel(const void* src, QuantIoType t, int64_t rows, int64_t cols, const int32_t* idx,
-                                      int64_t k, int64_t padded, float* dst) {
+__global__ void gather_columns_kernel(const void* src, QuantIoType t, int64_t rows, int64_t cols,
+                                      const int32_t* idx, int64_t k, int64_t padded, float* dst) {
   const int64_t total = rows * padded;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -45,8 +45,8 @@ __global__ void gather_columns_kernel(const void* src, QuantIoType t, int64_t ro
   }
 }
 
-__global__ void scatter_columns_kernel(const float* src, int64_t src_ld, int64_t rows, const int32_t* idx, int64_t k,
-                                       float* dst, int64_t cols, bool add) {
+__global__ void scatter_columns_kernel(const float* src, int64_t src_ld, int64_t rows, const int32_t* idx,
+                                       int64_t k, float* dst, int64_t cols, bool add) {
   const int64_t total = rows * k;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -58,8 +58,8 @@ __global__ void scatter_columns_kernel(const float* src, int64_t src_ld, int64_t
 }
 
 // 32x32 tiles through shared memory: reads along src rows, writes along dst rows.
-__global__ void transpose_kernel(const void* src, QuantIoType t, int64_t rows, int64_t cols, int64_t src_ld, float* dst,
-                                 int64_t dst_ld) {
+__global__ void transpose_kernel(const void* src, QuantIoType t, int64_t rows, int64_t cols, int64_t src_ld,
+                                 float* dst, int64_t dst_ld) {
   __shared__ float tile[kTile][kTile + 1];
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTile, c0 = static_cast<int64_t>(blockIdx.y) * kTile;
   for (int y = threadIdx.y; y < kTile; y += kLanes) {
@@ -98,32 +98,36 @@ void column_norm_sums_cuda(const uint16_t* x, int64_t rows, int64_t cols, double
 
 void gather_columns_cuda(const void* src, QuantIoType dtype, int64_t rows, int64_t cols, const int32_t* idx,
                          int64_t k, int64_t padded, float* dst, cudaStream_t stream) {
-  FP4_CHECK(k >= 0 && k <= padded && k <= cols, "gather_columns_cuda: ", k, " of ", cols, " columns into ", padded);
+  FP4_CHECK(k >= 0 && k <= padded && k <= cols, "gather_columns_cuda: ", k, " of ", cols, " columns into ",
+            padded);
   if (rows * padded == 0) return;
-  gather_columns_kernel<<<grid_1d(rows * padded), 256, 0, stream>>>(src, dtype, rows, cols, idx, k, padded, dst);
+  gather_columns_kernel<<<grid_1d(rows * padded), 256, 0, stream>>>(src, dtype, rows, cols, idx, k, padded,
+                                                                    dst);
   FP4_CUDA_CHECK_LAUNCH("gather_columns_kernel");
 }
 
-void scatter_columns_cuda(const float* src, int64_t src_ld, int64_t rows, const int32_t* idx, int64_t k, float* dst,
-                          int64_t cols, bool add, cudaStream_t stream) {
-  FP4_CHECK(k >= 0 && k <= src_ld && k <= cols, "scatter_columns_cuda: ", k, " columns of ", src_ld, " into ", cols);
+void scatter_columns_cuda(const float* src, int64_t src_ld, int64_t rows, const int32_t* idx, int64_t k,
+                          float* dst, int64_t cols, bool add, cudaStream_t stream) {
+  FP4_CHECK(k >= 0 && k <= src_ld && k <= cols, "scatter_columns_cuda: ", k, " columns of ", src_ld, " into ",
+            cols);
   if (rows * k == 0) return;
   scatter_columns_kernel<<<grid_1d(rows * k), 256, 0, stream>>>(src, src_ld, rows, idx, k, dst, cols, add);
   FP4_CUDA_CHECK_LAUNCH("scatter_columns_kernel");
 }
 
-void transpose_cuda(const void* src, QuantIoType dtype, int64_t rows, int64_t cols, int64_t src_ld, float* dst,
-                    int64_t dst_ld, cudaStream_t stream) {
-  FP4_CHECK(cols <= src_ld && rows <= dst_ld, "transpose_cuda: [", rows, " x ", cols, "] with strides ", src_ld, ", ",
-            dst_ld);
+void transpose_cuda(const void* src, QuantIoType dtype, int64_t rows, int64_t cols, int64_t src_ld,
+                    float* dst, int64_t dst_ld, cudaStream_t stream) {
+  FP4_CHECK(cols <= src_ld && rows <= dst_ld, "transpose_cuda: [", rows, " x ", cols, "] with strides ",
+            src_ld, ", ", dst_ld);
   if (cols == 0 || dst_ld == 0) return;
-  const dim3 grid(static_cast<unsigned>((dst_ld + kTile - 1) / kTile), static_cast<unsigned>((cols + kTile - 1) / kTile));
+  const dim3 grid(static_cast<unsigned>((dst_ld + kTile - 1) / kTile),
+                  static_cast<unsigned>((cols + kTile - 1) / kTile));
   transpose_kernel<<<grid, dim3(kTile, kLanes), 0, stream>>>(src, dtype, rows, cols, src_ld, dst, dst_ld);
   FP4_CUDA_CHECK_LAUNCH("transpose_kernel");
 }
 
-void concat_columns_bf16_cuda(const float* a, int64_t ca, const float* b, int64_t cb, int64_t rows, uint16_t* dst,
-                              cudaStream_t stream) {
+void concat_columns_bf16_cuda(const float* a, int64_t ca, const float* b, int64_t cb, int64_t rows,
+                              uint16_t* dst, cudaStream_t stream) {
   if (rows * (ca + cb) == 0) return;
   concat_columns_kernel<<<grid_1d(rows * (ca + cb)), 256, 0, stream>>>(a, ca, b, cb, rows,
                                                                        reinterpret_cast<__nv_bfloat16*>(dst));

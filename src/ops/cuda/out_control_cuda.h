@@ -21,16 +21,16 @@ void gather_columns_cuda(const void* src, QuantIoType dtype, int64_t rows, int64
                          int64_t k, int64_t padded, float* dst, cudaStream_t stream);
 
 // dst[:, idx[j]] = src[:, j] (or += when add) for j < k; src [rows x src_ld], dst [rows x cols].
-void scatter_columns_cuda(const float* src, int64_t src_ld, int64_t rows, const int32_t* idx, int64_t k, float* dst,
-                          int64_t cols, bool add, cudaStream_t stream);
+void scatter_columns_cuda(const float* src, int64_t src_ld, int64_t rows, const int32_t* idx, int64_t k,
+                          float* dst, int64_t cols, bool add, cudaStream_t stream);
 
 // dst [cols x dst_ld] FP32 with dst[c][r] = src[r][c] for r < rows, c < cols, and zeros in the columns
 // rows..dst_ld (dst_ld >= rows); src [rows x src_ld] (FP32 or BF16).
-void transpose_cuda(const void* src, QuantIoType dtype, int64_t rows, int64_t cols, int64_t src_ld, float* dst,
-                    int64_t dst_ld, cudaStream_t stream);
+void transpose_cuda(const void* src, QuantIoType dtype, int64_t rows, int64_t cols, int64_t src_ld,
+                    float* dst, int64_t dst_ld, cudaStream_t stream);
 
 // dst [rows x (ca + cb)] BF16 (round to nearest even) = [a | b], a [rows x ca] and b [rows x cb] FP32.
-void concat_columns_bf16_cuda(const float* a, int64_t ca, const float* b, int64_t cb, int64_t rows, uint16_t* dst,
-                              cudaStream_t stream);
+void concat_columns_bf16_cuda(const float* a, int64_t ca, const float* b, int64_t cb, int64_t rows,
+                              uint16_t* dst, cudaStream_t stream);
 
 }  // namespace fp4::cuda

@@ -156,7 +156,8 @@ __device__ __forceinline__ void rht16_presigned(float (&v)[16]) {
 // the kernel parameters instead of a shift and an xor per element), then the butterflies and the 1/4
 // scaling: rht_block16(v, signs, 16, c0) of the converted words, bit for bit.
 template <QuantIoType T>
-__device__ __forceinline__ void convert16_rht16(const Raw16<T>& raw, const Rht16SignWords& sw, float (&v)[16]) {
+__device__ __forceinline__ void convert16_rht16(const Raw16<T>& raw, const Rht16SignWords& sw,
+                                                float (&v)[16]) {
   Raw16<T> x;
 #pragma unroll
   for (int q = 0; q < (T == QuantIoType::kF32 ? 4 : 2); ++q)
@@ -408,7 +409,7 @@ struct Nvfp4Params {
   float amax = 0.0f;                       // tensor amax (Four Over Six error measure)
   RngStream rng;
   PhiloxStream32 philox;  // rng's per-stream Philox work, for kernels whose SR blocks stay below 2^32
-  Block128Divisors div;    // the block128 scale steps' constant divisors (block128_outer_fast, _scale_fast)
+  Block128Divisors div;   // the block128 scale steps' constant divisors (block128_outer_fast, _scale_fast)
 };
 
 inline Nvfp4Params make_params(const QuantSpec& spec, const QuantRandomness& rnd) {

@@ -8,8 +8,8 @@ namespace {
 constexpr int kThreads = 256;
 
 template <QuantIoType T>
-__global__ void __launch_bounds__(kThreads) dequantize_nvfp4_kernel(Nvfp4DeviceView q, int64_t nblocks, void* out,
-                                                                     bool apply_tensor_scale) {
+__global__ void __launch_bounds__(kThreads)
+    dequantize_nvfp4_kernel(Nvfp4DeviceView q, int64_t nblocks, void* out, bool apply_tensor_scale) {
   const bool block128 = q.outer_mode == OuterScale::kBlock128;
   const float s_dec = block128 ? 0.0f : q.outer[0];
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
@@ -37,11 +37,11 @@ void dequantize_nvfp4_cuda(const Nvfp4DeviceView& q, const DequantOutput& out, c
   const int64_t nblocks = q.rows * q.cols / 16;
   const unsigned grid = qk::grid_for(nblocks, kThreads, 8);
   if (out.dtype == QuantIoType::kF32)
-    dequantize_nvfp4_kernel<QuantIoType::kF32><<<grid, kThreads, 0, stream>>>(q, nblocks, out.data,
-                                                                               out.apply_tensor_scale);
+    dequantize_nvfp4_kernel<QuantIoType::kF32>
+        <<<grid, kThreads, 0, stream>>>(q, nblocks, out.data, out.apply_tensor_scale);
   else
-    dequantize_nvfp4_kernel<QuantIoType::kBF16><<<grid, kThreads, 0, stream>>>(q, nblocks, out.data,
-                                                                                out.apply_tensor_scale);
+    dequantize_nvfp4_kernel<QuantIoType::kBF16>
+        <<<grid, kThreads, 0, stream>>>(q, nblocks, out.data, out.apply_tensor_scale);
   FP4_CUDA_CHECK_LAUNCH("dequantize_nvfp4_kernel");
 }
 

@@ -11,8 +11,8 @@ Nvfp4DeviceTensor::Nvfp4DeviceTensor(int64_t rows, int64_t cols, BlockShape bloc
     : rows_(rows), cols_(cols), block_(block), outer_(outer) {
   FP4_CHECK(rows > 0 && cols > 0 && cols % 16 == 0, "Nvfp4DeviceTensor: [", rows, " x ", cols,
             "] is not an NVFP4 shape (cols must be a positive multiple of 16)");
-  FP4_CHECK(outer != OuterScale::kBlock128 || cols % 128 == 0, "Nvfp4DeviceTensor: block128 operand [", rows, " x ",
-            cols, "] needs cols to be a multiple of 128");
+  FP4_CHECK(outer != OuterScale::kBlock128 || cols % 128 == 0, "Nvfp4DeviceTensor: block128 operand [", rows,
+            " x ", cols, "] needs cols to be a multiple of 128");
   codes_ = DeviceBuffer<uint8_t>(static_cast<size_t>(rows * cols / 2));
   scales_ = DeviceBuffer<uint8_t>(static_cast<size_t>(rows * cols / 16));
   outer_scales_ = DeviceBuffer<float>(static_cast<size_t>(nvfp4_outer_count(rows, cols, outer)));

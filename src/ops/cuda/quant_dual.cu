@@ -2,8 +2,8 @@
 // and the choice between the specialized kernel of the recipes' operand pairs (quant_dual_fast.cuh) and the
 // general kernel of every other mode (quant_dual_general.cuh).
 #include "ops/cuda/quant_common.cuh"
-#include "ops/cuda/quant_dual_args.cuh"
 #include "ops/cuda/quant_dual_amax.cuh"
+#include "ops/cuda/quant_dual_args.cuh"
 #include "ops/cuda/quant_dual_fast.cuh"
 #include "ops/cuda/quant_dual_general.h"
 #include "ops/cuda/quant_launch.cuh"
@@ -15,8 +15,8 @@ using dual::DualArgs;
 
 constexpr uint32_t kNoFastMode = ~0u;
 
-// The mode bits of quant_dual_fast.cuh for this call, or kNoFastMode when the specialized kernel cannot take it
-// (Four Over Six, RHT wider than 16, an FP32 original source, or an operand too large for 32-bit SR
+// The mode bits of quant_dual_fast.cuh for this call, or kNoFastMode when the specialized kernel cannot take
+// it (Four Over Six, RHT wider than 16, an FP32 original source, or an operand too large for 32-bit SR
 // counters).
 uint32_t fast_mode(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols) {
   const QuantSpec& r = rows.spec;
@@ -41,7 +41,8 @@ uint32_t fast_mode(const DeviceInput& x, const DualOperand& rows, const DualOper
 template <uint32_t M>
 void launch_fast(const DualArgs& a, unsigned grid, cudaStream_t stream) {
   auto kernel = dual::quantize_dual_fast_kernel<M>;
-  FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dual::fast_smem_bytes<M>()));
+  FP4_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dual::fast_smem_bytes<M>()));
   kernel<<<grid, dual::kFastThreads, dual::fast_smem_bytes<M>(), stream>>>(a);
   FP4_CUDA_CHECK_LAUNCH("quantize_dual_fast_kernel");
 }
@@ -49,8 +50,10 @@ void launch_fast(const DualArgs& a, unsigned grid, cudaStream_t stream) {
 // The operand pairs of the recipes get the specialized kernel: TetraJet-v2's X/X^T and W/W^T (block128
 // RTN rows, aligned block128 SR RHT16 columns; BF16 and FP32 input) and dY/dY^T (block128 SR RHT16 both),
 // NVIDIA's X/X^T (tensor RTN rows, tensor RTN RHT16 columns) and dY/dY^T (tensor SR, tensor SR RHT16).
-constexpr uint32_t kTetraXt = dual::kAlignedSrc | dual::kRowB128 | dual::kColB128 | dual::kColSr | dual::kColRht;
-constexpr uint32_t kTetraDy = dual::kRowB128 | dual::kRowSr | dual::kRowRht | dual::kColB128 | dual::kColSr | dual::kColRht;
+constexpr uint32_t kTetraXt =
+    dual::kAlignedSrc | dual::kRowB128 | dual::kColB128 | dual::kColSr | dual::kColRht;
+constexpr uint32_t kTetraDy =
+    dual::kRowB128 | dual::kRowSr | dual::kRowRht | dual::kColB128 | dual::kColSr | dual::kColRht;
 constexpr uint32_t kNvidiaXt = dual::kColRht;
 constexpr uint32_t kNvidiaDy = dual::kRowSr | dual::kColSr | dual::kColRht;
 
@@ -64,12 +67,23 @@ bool has_fast_kernel(uint32_t mode) {
 
 bool try_launch_fast(uint32_t mode, const DualArgs& a, unsigned grid, cudaStream_t stream) {
   switch (mode) {
-    case kTetraXt: launch_fast<kTetraXt>(a, grid, stream); return true;
-    case kTetraXt | dual::kF32In: launch_fast<kTetraXt | dual::kF32In>(a, grid, stream); return true;
-    case kTetraDy: launch_fast<kTetraDy>(a, grid, stream); return true;
-    case kNvidiaXt: launch_fast<kNvidiaXt>(a, grid, stream); return true;
-    case kNvidiaDy: launch_fast<kNvidiaDy>(a, grid, stream); return true;
-    default: return false;
+    case kTetraXt:
+      launch_fast<kTetraXt>(a, grid, stream);
+      return true;
+    case kTetraXt | dual::kF32In:
+      launch_fast<kTetraXt | dual::kF32In>(a, grid, stream);
+      return true;
+    case kTetraDy:
+      launch_fast<kTetraDy>(a, grid, stream);
+      return true;
+    case kNvidiaXt:
+      launch_fast<kNvidiaXt>(a, grid, stream);
+      return true;
+    case kNvidiaDy:
+      launch_fast<kNvidiaDy>(a, grid, stream);
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -85,7 +99,8 @@ void launch_dual(const DeviceInput& x, const DualArgs& a, cudaStream_t stream, u
 }
 
 // Checks shared by the quantizer and its amax pre-pass.
-void check_dual_specs(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols, const char* what) {
+void check_dual_specs(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols,
+                      const char* what) {
   qk::check_input(x, what);
   qk::check_nvfp4_spec(x.rows, x.cols, rows.spec, rows.rnd, what);
   qk::check_nvfp4_spec(x.cols, x.rows, cols.spec, cols.rnd, what);
@@ -117,7 +132,8 @@ void quantize_dual_cuda(const DeviceInput& x, const DualOperand& rows, const Dua
 }
 
 void quantize_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols,
-                        const DequantOutput& dequant_rows, const DequantOutput& dequant_cols, cudaStream_t stream) {
+                        const DequantOutput& dequant_rows, const DequantOutput& dequant_cols,
+                        cudaStream_t stream) {
   constexpr const char* kWhat = "quantize_dual_cuda";
   check_dual_specs(x, rows, cols, kWhat);
   qk::check_view(rows.out, x.rows, x.cols, rows.spec, "quantize_dual_cuda (row operand)");
@@ -151,15 +167,16 @@ void quantize_dual_cuda(const DeviceInput& x, const DualOperand& rows, const Dua
   if (dequant_cols.data != nullptr && !fused_cols) dequantize_nvfp4_cuda(cols.out, dequant_cols, stream);
 }
 
-void amax_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols, float* amax_rows_device,
-                    float* amax_cols_device, cudaStream_t stream) {
+void amax_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols,
+                    float* amax_rows_device, float* amax_cols_device, cudaStream_t stream) {
   constexpr const char* kWhat = "amax_dual_cuda";
   check_dual_specs(x, rows, cols, kWhat);
   const bool rows_tensor = rows.spec.outer == OuterScale::kTensor;
   const bool cols_tensor = cols.spec.outer == OuterScale::kTensor;
   // NVIDIA's pairs (an original BF16 source, tensor-scaled columns with RHT16 or none, rows without RHT):
   // both maxima in one pass of the specialized kernel.
-  const bool fast = x.dtype == QuantIoType::kBF16 && cols_tensor && cols.spec.source == QuantSource::kOriginal &&
+  const bool fast = x.dtype == QuantIoType::kBF16 && cols_tensor &&
+                    cols.spec.source == QuantSource::kOriginal &&
                     (cols.spec.rht_n == 0 || cols.spec.rht_n == 16) && (!rows_tensor || rows.spec.rht_n == 0);
   if (fast) {
     qk::check_aligned(amax_cols_device, 4, kWhat, "column operand amax output");
@@ -173,11 +190,13 @@ void amax_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOpe
     if (cols.spec.rht_n == 16) {
       FP4_CUDA_CHECK(cudaFuncSetAttribute(dual::amax_dual_fast_kernel<true>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, dual::kAmaxTileBytes));
-      dual::amax_dual_fast_kernel<true><<<grid, dual::kFastThreads, dual::kAmaxTileBytes, stream>>>(a, amax_rows);
+      dual::amax_dual_fast_kernel<true>
+          <<<grid, dual::kFastThreads, dual::kAmaxTileBytes, stream>>>(a, amax_rows);
     } else {
       FP4_CUDA_CHECK(cudaFuncSetAttribute(dual::amax_dual_fast_kernel<false>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, dual::kAmaxTileBytes));
-      dual::amax_dual_fast_kernel<false><<<grid, dual::kFastThreads, dual::kAmaxTileBytes, stream>>>(a, amax_rows);
+      dual::amax_dual_fast_kernel<false>
+          <<<grid, dual::kFastThreads, dual::kAmaxTileBytes, stream>>>(a, amax_rows);
     }
     FP4_CUDA_CHECK_LAUNCH("amax_dual_fast_kernel");
     return;

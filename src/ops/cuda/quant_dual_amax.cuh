@@ -60,7 +60,8 @@ __global__ void __launch_bounds__(kFastThreads, 3) amax_dual_fast_kernel(DualArg
     const int rb = hh * 64 + 16 * k;
     float v[16];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) v[i] = bits_float(static_cast<uint32_t>(tile[(rb + i) * kFastTile + tc]) << 16);
+    for (int i = 0; i < 16; ++i)
+      v[i] = bits_float(static_cast<uint32_t>(tile[(rb + i) * kFastTile + tc]) << 16);
     if constexpr (kColRht) qk::rht16_presigned(v);
     bool bad = false;
     col_max = max_f(col_max, block_amax(v, bad, unused));

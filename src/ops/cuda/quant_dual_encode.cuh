@@ -37,7 +37,7 @@ __device__ __forceinline__ uint32_t sr_grid_bits(float a, uint32_t random) {
 // Elements are pushed last first, so element 0 ends in the low nibble.
 __device__ __forceinline__ uint32_t push_code(uint32_t w, uint32_t g, float x) {
   const uint32_t top = (g << 6) | (float_bits(x) & 0x80000000u);  // sign at 31, index at 28..30
-  return __funnelshift_l(top, w, 4);                               // (w << 4) | (top >> 28)
+  return __funnelshift_l(top, w, 4);                              // (w << 4) | (top >> 28)
 }
 
 // The E2M1 value of grid bits g with the sign of x: e2m1_decode of the code push_code stores.
@@ -90,8 +90,8 @@ __device__ __forceinline__ uint2 encode_elements(const float (&v)[16], float mul
 // kDirect = false compiles the direct form out: an unrolled caller would carry both element loops per copy
 // (the aligned column pass's four kept blocks grew from 6.7k to 10.7k instructions and ran 1.5x slower).
 template <bool kB128, bool kSr, bool kWantQ, bool kDirect = true>
-__device__ __forceinline__ uint2 encode_block(float (&v)[16], float mult, bool direct, const PhiloxStream32& rng,
-                                              uint32_t ctr0, float (&q)[16]) {
+__device__ __forceinline__ uint2 encode_block(float (&v)[16], float mult, bool direct,
+                                              const PhiloxStream32& rng, uint32_t ctr0, float (&q)[16]) {
   if constexpr (kB128 && kDirect) {
     if (direct) {
       const Block128Recip dr = block128_recip(mult);
@@ -108,9 +108,11 @@ __device__ __forceinline__ uint2 encode_block(float (&v)[16], float mult, bool d
       mult = mul_rn(mult, k);
     }
   }
-  const Block128Divisor d = kB128 ? qk::block128_divisor_fast(mult) : Block128Divisor{};  // RN(1/m) by __frcp_rn
+  const Block128Divisor d =
+      kB128 ? qk::block128_divisor_fast(mult) : Block128Divisor{};  // RN(1/m) by __frcp_rn
   return encode_elements<kB128, kSr, kWantQ>(
-      v, mult, rng, ctr0, q, [&](float x) { return quotient_fast(x, d); }, [](float a) { return rtn_grid_bits(a); });
+      v, mult, rng, ctr0, q, [&](float x) { return quotient_fast(x, d); },
+      [](float a) { return rtn_grid_bits(a); });
 }
 
 }  // namespace fp4::dual

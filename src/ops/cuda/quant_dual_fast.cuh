@@ -30,7 +30,8 @@ inline constexpr uint32_t kF32In = 1, kAlignedSrc = 2, kRowB128 = 4, kRowSr = 8,
 
 inline constexpr int kFastThreads = 256;
 inline constexpr int kFastTile = 128;
-inline constexpr int kStageStride = 80;  // bytes per T row in the code stage: 64 + 16 keeps STS.128 conflict-free
+inline constexpr int kStageStride =
+    80;  // bytes per T row in the code stage: 64 + 16 keeps STS.128 conflict-free
 
 // Dynamic shared memory: the tile (BF16 words of an original source; FP32 values q * (+-s_b) of an aligned
 // one, so that phase 2 reads them as they are), T code stage, T scale stage.
@@ -138,7 +139,8 @@ struct FastMode {
 
 // Phase 1: the row operand, and the tile for phase 2.
 template <uint32_t M>
-__device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int64_t r0, int64_t c0, int nr, int nc) {
+__device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int64_t r0, int64_t c0, int nr,
+                                          int nc) {
   using F = FastMode<M>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, j = lane & 7, cl = 16 * j;
   qk::Nvfp4Params p = a.pr;
@@ -152,7 +154,8 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
 
   // One block per iteration of a loop that is not unrolled, the next block's load in flight meanwhile: the
   // kernel's hot code then fits the instruction caches (unrolled, every warp ran ~6,000 distinct instructions
-  // once and stalled on instruction fetch a quarter of the time; docs/BENCHMARKS.md, quantizers: tried and not kept).
+  // once and stalled on instruction fetch a quarter of the time; docs/BENCHMARKS.md, quantizers: tried and
+  // not kept).
   unsigned nonfinite = 0;
   auto load_block = [&](int s, qk::Raw16<F::kIo>& raw) {
     const int rl = s * 32 + warp * 4 + (lane >> 3);
@@ -206,9 +209,11 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
       float q[16];
       uint2 codes;
       if (want_q)
-        codes = encode_block<F::kRB128, F::kRSr, true>(v, mult, direct, p.philox, static_cast<uint32_t>(i0 >> 2), q);
+        codes = encode_block<F::kRB128, F::kRSr, true>(v, mult, direct, p.philox,
+                                                       static_cast<uint32_t>(i0 >> 2), q);
       else
-        codes = encode_block<F::kRB128, F::kRSr, false>(v, mult, direct, p.philox, static_cast<uint32_t>(i0 >> 2), q);
+        codes = encode_block<F::kRB128, F::kRSr, false>(v, mult, direct, p.philox,
+                                                        static_cast<uint32_t>(i0 >> 2), q);
       if (active) {
         *reinterpret_cast<uint2*>(a.out_r.codes + i0 / 2) = codes;
         a.out_r.scales[i0 / 16] = scale;
@@ -233,7 +238,8 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
 #pragma unroll
         for (int i = 0; i < 16; ++i) d[i] = (F::kRRht && !active) ? 0.0f : q[i];
 #pragma unroll
-        for (int i = 0; i < 16; ++i) d[i] = mul_rn(d[i], (F::kRRht && !active) ? (col_flip ? -0.0f : 0.0f) : m);
+        for (int i = 0; i < 16; ++i)
+          d[i] = mul_rn(d[i], (F::kRRht && !active) ? (col_flip ? -0.0f : 0.0f) : m);
         float* row = tile_f + rl * kFastTile + 16 * j;
 #pragma unroll
         for (int c = 0; c < 4; ++c)
@@ -251,8 +257,8 @@ __device__ __forceinline__ void fast_rows(const DualArgs& a, uint8_t* smem, int6
 // (q * s_b) * S_dec (tensor; S_dec only when dq_c_apply), as decode16 forms them. Each thread owns 64
 // consecutive elements of one T row, so its stores fill whole 32-byte sectors in pairs.
 template <bool kB128>
-__device__ __forceinline__ void store_dequant_cols(const DualArgs& a, int64_t i0, const float (&q)[16], float mult,
-                                                   float s_b, float s_dec) {
+__device__ __forceinline__ void store_dequant_cols(const DualArgs& a, int64_t i0, const float (&q)[16],
+                                                   float mult, float s_b, float s_dec) {
   float d[16];
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
@@ -265,7 +271,8 @@ __device__ __forceinline__ void store_dequant_cols(const DualArgs& a, int64_t i0
 // Phase 2: the column operand from the tile, codes and scales staged in shared memory; optionally its
 // dequantized values straight to dq_c.
 template <uint32_t M>
-__device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int64_t r0, int64_t c0, int nr, int nc) {
+__device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int64_t r0, int64_t c0, int nr,
+                                          int nc) {
   using F = FastMode<M>;
   __shared__ float half_amax[2][kFastTile];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -274,10 +281,11 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
   const uint16_t* tile = reinterpret_cast<const uint16_t*>(smem + L::kTileOff);
   const float* tile_f = reinterpret_cast<const float*>(smem + L::kTileOff) + f32_tile_col(cl);
   float s_dec_rows = 1.0f;  // an aligned tensor-scaled row operand decodes as (q * s_b) * S_dec
-  if constexpr (F::kAligned && !F::kRB128) s_dec_rows = nvfp4_tensor_scale(*a.amax_r, false, a.pr.target).s_dec;
+  if constexpr (F::kAligned && !F::kRB128)
+    s_dec_rows = nvfp4_tensor_scale(*a.amax_r, false, a.pr.target).s_dec;
 
   // The 16 source values of T block k of this thread (rows hh * 64 + 16 k ..), column RHT applied.
-  auto load_block = [&](int k, float (&v)[16]) {
+  auto load_block = [&](int k, float(&v)[16]) {
     const int rb = hh * 64 + 16 * k;
     if constexpr (F::kAligned) {
 #pragma unroll
@@ -287,7 +295,8 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
       }
     } else {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) v[i] = bits_float(static_cast<uint32_t>(tile[(rb + i) * kFastTile + cl]) << 16);
+      for (int i = 0; i < 16; ++i)
+        v[i] = bits_float(static_cast<uint32_t>(tile[(rb + i) * kFastTile + cl]) << 16);
     }
     if constexpr (F::kCRht) qk::rht16_presigned(v);
   };
@@ -326,7 +335,7 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
   const int64_t trow = c0 + cl;
   uint8_t* code_stage = smem + L::kCodeOff + cl * kStageStride + hh * 32;
   uint32_t scales = 0;
-  auto encode_col_block = [&](int k, float (&v)[16]) {
+  auto encode_col_block = [&](int k, float(&v)[16]) {
     float mult, s_b, q[16];
     // amax16[k] and bad[k] by selects: a register array indexed in a rolled loop would go to local memory.
     const float amax_k = k == 0 ? amax16[0] : k == 1 ? amax16[1] : k == 2 ? amax16[2] : amax16[3];
@@ -386,7 +395,8 @@ __device__ __forceinline__ void fast_cols(const DualArgs& a, uint8_t* smem, int6
 }
 
 template <uint32_t M>
-__global__ void __launch_bounds__(kFastThreads, FastMode<M>::kMinBlocks) quantize_dual_fast_kernel(DualArgs a) {
+__global__ void __launch_bounds__(kFastThreads, FastMode<M>::kMinBlocks)
+    quantize_dual_fast_kernel(DualArgs a) {
   extern __shared__ float4 dual_fast_smem[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(dual_fast_smem);
   const int64_t row_tiles = (a.rows + kFastTile - 1) / kFastTile;

@@ -47,21 +47,24 @@ __device__ __forceinline__ int tile_index(int r, int c) {
 __device__ __forceinline__ void store_tile16(float* tile, int r, int c, const float (&v)[16]) {
 #pragma unroll
   for (int q = 0; q < 4; ++q)
-    *reinterpret_cast<float4*>(tile + tile_index(r, c + 4 * q)) = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+    *reinterpret_cast<float4*>(tile + tile_index(r, c + 4 * q)) =
+        make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
 }
 
 // Codes tile: one byte per element ([128][128], row-major), then the block multipliers transposed,
 // mult[c / 16][r], so a thread walking down a column reads 16 consecutive multipliers as float4s.
 // mult is e4m3(scale) * s_out (block128) or e4m3(scale) (tensor: S_dec is applied after), exactly the
 // factors of nvfp4_decode_block128 / nvfp4_decode_tensor.
-__device__ __forceinline__ float* codes_mult(uint8_t* smem) { return reinterpret_cast<float*>(smem + kTile * kTile); }
+__device__ __forceinline__ float* codes_mult(uint8_t* smem) {
+  return reinterpret_cast<float*>(smem + kTile * kTile);
+}
 
 // 16 packed nibbles (low nibble first) -> 16 bytes in element order.
 __device__ __forceinline__ uint4 nibbles_to_bytes(uint2 packed) {
   const uint32_t lo0 = packed.x & 0x0F0F0F0Fu, hi0 = (packed.x >> 4) & 0x0F0F0F0Fu;
   const uint32_t lo1 = packed.y & 0x0F0F0F0Fu, hi1 = (packed.y >> 4) & 0x0F0F0F0Fu;
-  return make_uint4(__byte_perm(lo0, hi0, 0x5140), __byte_perm(lo0, hi0, 0x7362), __byte_perm(lo1, hi1, 0x5140),
-                    __byte_perm(lo1, hi1, 0x7362));
+  return make_uint4(__byte_perm(lo0, hi0, 0x5140), __byte_perm(lo0, hi0, 0x7362),
+                    __byte_perm(lo1, hi1, 0x5140), __byte_perm(lo1, hi1, 0x7362));
 }
 
 // Column block: tile rows r0 .. r0 + 15 of tile column cl, as FP32 values of the column operand's source.
@@ -77,7 +80,8 @@ __device__ __forceinline__ void load_col16(const uint8_t* smem, int r0, int cl, 
 #pragma unroll
     for (int i = 0; i < 16; ++i) v[i] = bits_float(static_cast<uint32_t>(tile[(r0 + i) * kTile + cl]) << 16);
   } else {
-    const float4* m4 = reinterpret_cast<const float4*>(codes_mult(const_cast<uint8_t*>(smem)) + (cl >> 4) * kTile + r0);
+    const float4* m4 =
+        reinterpret_cast<const float4*>(codes_mult(const_cast<uint8_t*>(smem)) + (cl >> 4) * kTile + r0);
     float m[16];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -97,7 +101,8 @@ using dual::DualArgs;
 // Phase 1: thread = one 16-element block of 4 tile rows (rows s * 32 + warp * 4 + lane / 8); the 8 lanes
 // of a row hold its 128 columns.
 template <QuantIoType T, TileKind K, bool kAmaxOnly>
-__device__ __forceinline__ void dual_rows(const DualArgs& a, uint8_t* smem, int64_t r0, int64_t c0, int nr, int nc) {
+__device__ __forceinline__ void dual_rows(const DualArgs& a, uint8_t* smem, int64_t r0, int64_t c0, int nr,
+                                          int nc) {
   float* tile = reinterpret_cast<float*>(smem);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, j = lane & 7, cl = 16 * j;
   const bool quantize = !kAmaxOnly || a.aligned;  // an amax pre-pass of an original source only copies
@@ -158,7 +163,8 @@ __device__ __forceinline__ void dual_rows(const DualArgs& a, uint8_t* smem, int6
       }
       if (a.aligned) {
         if constexpr (K == TileKind::kCodes) {
-          *reinterpret_cast<uint4*>(smem + rl * kTile + cl) = active ? nibbles_to_bytes(codes) : make_uint4(0, 0, 0, 0);
+          *reinterpret_cast<uint4*>(smem + rl * kTile + cl) =
+              active ? nibbles_to_bytes(codes) : make_uint4(0, 0, 0, 0);
           const float s_b = e4m3_decode(scale);
           codes_mult(smem)[j * kTile + rl] = active ? (p.block128 ? s_b * outer : s_b) : 0.0f;
         } else {
@@ -203,7 +209,8 @@ __device__ __forceinline__ void store_f32_col16(float* tile, int hh, int k, int 
 // RHT of T's rows (the tile's columns) in place in an FP32 tile, for segments of n = 32, 64 or 128 rows:
 // butterflies inside each 16-block, then between this thread's blocks, then (n = 128) between the two
 // halves of the column, which other warps hold. Each column is touched only by its two threads.
-__device__ __forceinline__ void rht_cols_wide(float* tile, const RhtSigns& signs, int n, int64_t r0, int hh, int cl) {
+__device__ __forceinline__ void rht_cols_wide(float* tile, const RhtSigns& signs, int n, int64_t r0, int hh,
+                                              int cl) {
   float w[4][16];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -240,8 +247,8 @@ __device__ __forceinline__ void rht_cols_wide(float* tile, const RhtSigns& signs
 // segments were transformed in place before). Called twice per block (measure, then encode): recomputing
 // the few additions is cheaper than holding 64 values or writing them back.
 template <TileKind K>
-__device__ __forceinline__ void column_block(const uint8_t* smem, const DualArgs& a, float s_dec_rows, int hh, int k,
-                                             int cl, float (&v)[16]) {
+__device__ __forceinline__ void column_block(const uint8_t* smem, const DualArgs& a, float s_dec_rows, int hh,
+                                             int k, int cl, float (&v)[16]) {
   load_col16<K>(smem, hh * 64 + 16 * k, cl, a.pr.block128, s_dec_rows, v);
   if (a.rht_c == 16) {
     qk::rht_local16(v, qk::rht_sign_bits16(a.signs_c, 0));
@@ -251,7 +258,8 @@ __device__ __forceinline__ void column_block(const uint8_t* smem, const DualArgs
 
 // Phase 2: thread = tile column cl (a row of T), tile rows hh * 64 .. hh * 64 + 63 as 4 blocks of 16.
 template <TileKind K, bool kAmaxOnly>
-__device__ __forceinline__ void dual_cols(const DualArgs& a, uint8_t* smem, int64_t r0, int64_t c0, int nr, int nc) {
+__device__ __forceinline__ void dual_cols(const DualArgs& a, uint8_t* smem, int64_t r0, int64_t c0, int nr,
+                                          int nc) {
   __shared__ float half_amax[2][kTile];
   __shared__ uint32_t warp_max[kThreads / 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -312,7 +320,9 @@ __device__ __forceinline__ void dual_cols(const DualArgs& a, uint8_t* smem, int6
 }
 
 // Blocks per SM the register budget is set for: the FP32 tile (64 KB) allows two, the others three.
-constexpr int min_blocks(TileKind k) { return k == TileKind::kF32 ? 2 : 3; }
+constexpr int min_blocks(TileKind k) {
+  return k == TileKind::kF32 ? 2 : 3;
+}
 
 // Tiles are ordered down the rows first, so neighbouring blocks fill neighbouring bytes of T's rows.
 template <QuantIoType T, TileKind K, bool kAmaxOnly>

@@ -31,11 +31,12 @@ inline void check_dequant(const DequantOutput& d, const char* what) {
 }
 
 // The view must describe an operand of this shape and spec, with usable pointers.
-inline void check_view(const Nvfp4DeviceView& v, int64_t rows, int64_t cols, const QuantSpec& spec, const char* what) {
+inline void check_view(const Nvfp4DeviceView& v, int64_t rows, int64_t cols, const QuantSpec& spec,
+                       const char* what) {
   FP4_CHECK(v.rows == rows && v.cols == cols, what, ": output view is [", v.rows, " x ", v.cols,
             "] but the operand is [", rows, " x ", cols, "]");
-  FP4_CHECK(v.block == spec.block && v.outer_mode == spec.outer, what, ": output view is ", to_string(v.block), " ",
-            to_string(v.outer_mode), " but the spec is ", describe(spec));
+  FP4_CHECK(v.block == spec.block && v.outer_mode == spec.outer, what, ": output view is ",
+            to_string(v.block), " ", to_string(v.outer_mode), " but the spec is ", describe(spec));
   check_aligned(v.codes, 8, what, "codes");
   check_aligned(v.scales, 1, what, "scales");
   check_aligned(v.outer, 4, what, "outer scales");
@@ -59,7 +60,9 @@ inline int sm_count() {
   return count;
 }
 
-__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // Grid of a grid-stride kernel: enough blocks to fill the machine `per_sm` times, no more than needed.
 inline unsigned grid_for(int64_t work_items, int threads, int per_sm) {

@@ -9,9 +9,9 @@ constexpr int kThreads = 256;
 
 // Inverse of cublaslt_scale_offset: tiles of 128 rows x 4 scale columns, 512 bytes each, row-major over
 // tiles; inside a tile byte (r % 32) * 16 + ((r % 128) / 32) * 4 + (c % 4).
-__global__ void __launch_bounds__(kThreads) cublaslt_scale_layout_kernel(const uint8_t* scales, int64_t rows,
-                                                                          int64_t scale_cols, int64_t total,
-                                                                          uint8_t* out) {
+__global__ void __launch_bounds__(kThreads)
+    cublaslt_scale_layout_kernel(const uint8_t* scales, int64_t rows, int64_t scale_cols, int64_t total,
+                                 uint8_t* out) {
   const int64_t col_tiles = (scale_cols + 3) / 4;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t o = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; o < total; o += stride) {
@@ -35,8 +35,8 @@ void to_cublaslt_scale_layout_cuda(const uint8_t* scales, int64_t rows, int64_t 
   qk::check_aligned(scales, 1, kWhat, "scales");
   qk::check_aligned(out, 1, kWhat, "output");
   const int64_t total = cublaslt_scale_layout_bytes(rows, scale_cols);
-  cublaslt_scale_layout_kernel<<<qk::grid_for(total, kThreads, 8), kThreads, 0, stream>>>(scales, rows, scale_cols,
-                                                                                          total, out);
+  cublaslt_scale_layout_kernel<<<qk::grid_for(total, kThreads, 8), kThreads, 0, stream>>>(
+      scales, rows, scale_cols, total, out);
   FP4_CUDA_CHECK_LAUNCH("cublaslt_scale_layout_kernel");
 }
 

@@ -9,8 +9,8 @@ namespace {
 constexpr int kThreads = 256;
 
 template <QuantIoType T>
-__global__ void __launch_bounds__(kThreads) quantize_mxfp8_kernel(const void* x, int64_t nblocks, Mxfp8DeviceView q,
-                                                                   unsigned long long* nonfinite) {
+__global__ void __launch_bounds__(kThreads)
+    quantize_mxfp8_kernel(const void* x, int64_t nblocks, Mxfp8DeviceView q, unsigned long long* nonfinite) {
   unsigned bad_count = 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   // Whole warps iterate together so the counter reduction below sees every lane.
@@ -35,7 +35,8 @@ __global__ void __launch_bounds__(kThreads) quantize_mxfp8_kernel(const void* x,
     for (int k = 0; k < 8; ++k) {
       uint32_t word = 0;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) word |= static_cast<uint32_t>(mxfp8_encode(v[k >> 2][(4 * k + e) & 15], s)) << (8 * e);
+      for (int e = 0; e < 4; ++e)
+        word |= static_cast<uint32_t>(mxfp8_encode(v[k >> 2][(4 * k + e) & 15], s)) << (8 * e);
       w[k] = word;
     }
     uint4* dst = reinterpret_cast<uint4*>(q.codes + 32 * b);
@@ -46,7 +47,8 @@ __global__ void __launch_bounds__(kThreads) quantize_mxfp8_kernel(const void* x,
 }
 
 template <QuantIoType T>
-__global__ void __launch_bounds__(kThreads) dequantize_mxfp8_kernel(Mxfp8DeviceView q, int64_t nblocks, void* out) {
+__global__ void __launch_bounds__(kThreads)
+    dequantize_mxfp8_kernel(Mxfp8DeviceView q, int64_t nblocks, void* out) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; b < nblocks; b += stride) {
     const uint4* src = reinterpret_cast<const uint4*>(q.codes + 32 * b);
@@ -75,8 +77,8 @@ void check_mxfp8_view(const Mxfp8DeviceView& q, const char* what) {
 
 }  // namespace
 
-void quantize_mxfp8_cuda(const DeviceInput& x, const Mxfp8DeviceView& out, unsigned long long* nonfinite_device,
-                         cudaStream_t stream) {
+void quantize_mxfp8_cuda(const DeviceInput& x, const Mxfp8DeviceView& out,
+                         unsigned long long* nonfinite_device, cudaStream_t stream) {
   constexpr const char* kWhat = "quantize_mxfp8_cuda";
   FP4_CHECK(x.rows > 0 && x.cols > 0 && x.cols % kMxfp8Block == 0, kWhat,
             ": the reduction dimension must be a positive multiple of 32, got [", x.rows, " x ", x.cols, "]");
@@ -88,9 +90,11 @@ void quantize_mxfp8_cuda(const DeviceInput& x, const Mxfp8DeviceView& out, unsig
   const int64_t nblocks = x.rows * x.cols / kMxfp8Block;
   const unsigned grid = qk::grid_for(nblocks, kThreads, 8);
   if (x.dtype == QuantIoType::kF32)
-    quantize_mxfp8_kernel<QuantIoType::kF32><<<grid, kThreads, 0, stream>>>(x.data, nblocks, out, nonfinite_device);
+    quantize_mxfp8_kernel<QuantIoType::kF32>
+        <<<grid, kThreads, 0, stream>>>(x.data, nblocks, out, nonfinite_device);
   else
-    quantize_mxfp8_kernel<QuantIoType::kBF16><<<grid, kThreads, 0, stream>>>(x.data, nblocks, out, nonfinite_device);
+    quantize_mxfp8_kernel<QuantIoType::kBF16>
+        <<<grid, kThreads, 0, stream>>>(x.data, nblocks, out, nonfinite_device);
   FP4_CUDA_CHECK_LAUNCH("quantize_mxfp8_kernel");
 }
 

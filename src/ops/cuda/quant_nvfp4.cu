@@ -126,7 +126,8 @@ __global__ void __launch_bounds__(kThreads, rows_min_blocks(T, kBlock128, kSr, k
   // ncu profile, docs/BENCHMARKS.md, quantizers). Rolled, two items' loads are in flight (the one being
   // quantized and the next), one with Four Over Six (its candidate encodings need the registers): within
   // three thread blocks per SM without spills. FP32 input (two items) stays unrolled: rolled, its block128
-  // RTN form took 29.6 us instead of 27.0 us on 4096 x 4096 (docs/BENCHMARKS.md, quantizers: tried and not kept).
+  // RTN form took 29.6 us instead of 27.0 us on 4096 x 4096 (docs/BENCHMARKS.md, quantizers: tried and not
+  // kept).
   constexpr bool kRolled = T == QuantIoType::kBF16 && (kBlock128 || kSr || kRht != 0 || kFos);
   constexpr int kAhead = !kRolled ? kItems : kFos ? 1 : 2;
   auto load_item = [&](int s, Raw16<T>& raw) {

@@ -65,16 +65,17 @@ class Nvfp4DeviceTensor {
 
 // amax (finite values) of x after spec's RHT (rnd.signs), written to *amax_device: quantize.h's
 // amax_nvfp4_input. Tensor-mode quantizers read it from there.
-void amax_nvfp4_cuda(const DeviceInput& x, const QuantSpec& spec, const QuantRandomness& rnd, float* amax_device,
-                     cudaStream_t stream);
+void amax_nvfp4_cuda(const DeviceInput& x, const QuantSpec& spec, const QuantRandomness& rnd,
+                     float* amax_device, cudaStream_t stream);
 
 // quantize_nvfp4 (quantize.h) of x along cols into `out`. Tensor outer scales read the amax from
 // amax_device (required then, ignored for block128). The count of non-finite transformed inputs is
 // added to *nonfinite_device when it is not null (zero it first). Throws fp4::Error on shapes or
 // specs the CPU reference rejects.
 void quantize_nvfp4_cuda(const DeviceInput& x, const QuantSpec& spec, const QuantRandomness& rnd,
-                         const Nvfp4DeviceView& out, const float* amax_device, unsigned long long* nonfinite_device,
-                         const DequantOutput& dequant, cudaStream_t stream);
+                         const Nvfp4DeviceView& out, const float* amax_device,
+                         unsigned long long* nonfinite_device, const DequantOutput& dequant,
+                         cudaStream_t stream);
 
 // One operand of the fused dual quantizer.
 struct DualOperand {
@@ -93,16 +94,18 @@ void quantize_dual_cuda(const DeviceInput& x, const DualOperand& rows, const Dua
                         const DequantOutput& dequant_rows, cudaStream_t stream);
 // The same, and dequant(cols) [cols x rows] into dequant_cols (when its data is set): for the recipes'
 // operand pairs from the quantizer's registers in the same pass (no read-back of the codes), otherwise by
-// a dequantize after it. The values are those of dequantize_nvfp4_cuda(cols.out) either way (a NaN may be another NaN).
+// a dequantize after it. The values are those of dequantize_nvfp4_cuda(cols.out) either way (a NaN may be
+// another NaN).
 void quantize_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols,
-                        const DequantOutput& dequant_rows, const DequantOutput& dequant_cols, cudaStream_t stream);
+                        const DequantOutput& dequant_rows, const DequantOutput& dequant_cols,
+                        cudaStream_t stream);
 
 // The amax values the dual quantizer needs in tensor mode: *amax_rows_device (when rows.spec.outer is
 // tensor) and *amax_cols_device (when cols.spec.outer is tensor: the amax of the transformed T, which for
 // aligned sources depends on the row quantization, so this runs the dual pipeline without its stores).
 // Pointers for block128 operands may be null. rows.amax / cols.amax are not read.
-void amax_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols, float* amax_rows_device,
-                    float* amax_cols_device, cudaStream_t stream);
+void amax_dual_cuda(const DeviceInput& x, const DualOperand& rows, const DualOperand& cols,
+                    float* amax_rows_device, float* amax_cols_device, cudaStream_t stream);
 
 // dequantize (quantize.h): q -> out [rows x cols] as FP32 or BF16.
 void dequantize_nvfp4_cuda(const Nvfp4DeviceView& q, const DequantOutput& out, cudaStream_t stream);
@@ -113,8 +116,8 @@ struct Mxfp8DeviceView {
   uint8_t* scales = nullptr;  // rows * cols / 32 UE8M0
   int64_t rows = 0, cols = 0;
 };
-void quantize_mxfp8_cuda(const DeviceInput& x, const Mxfp8DeviceView& out, unsigned long long* nonfinite_device,
-                         cudaStream_t stream);
+void quantize_mxfp8_cuda(const DeviceInput& x, const Mxfp8DeviceView& out,
+                         unsigned long long* nonfinite_device, cudaStream_t stream);
 void dequantize_mxfp8_cuda(const Mxfp8DeviceView& q, void* out, QuantIoType dtype, cudaStream_t stream);
 
 // to_cublaslt_scale_layout (quantize.h) on the device: out holds cublaslt_scale_layout_bytes(rows,

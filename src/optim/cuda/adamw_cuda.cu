@@ -1,8 +1,8 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "optim/cuda/adamw_cuda.h"
 #include "ops/cuda/cuda_check.h"
+#include "optim/cuda/adamw_cuda.h"
 
 namespace fp4::cuda {
 

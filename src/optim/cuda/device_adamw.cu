@@ -2,8 +2,8 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "optim/cuda/device_adamw.h"
 #include "optim/adamw.h"
+#include "optim/cuda/device_adamw.h"
 
 namespace fp4::cuda {
 
@@ -63,7 +63,8 @@ void DeviceAdamW::build(const DeviceParams& params) {
   first_chunk_ = DeviceBuffer<int32_t>(first.size());
   decay_flags_ = DeviceBuffer<uint8_t>(std::max<size_t>(flags.size(), 1));
   chunk_partials_ = DeviceBuffer<double>(std::max<size_t>(chunks.size(), 1));
-  if (!chunks.empty()) copy_to_device(chunks_.data(), chunks.data(), chunks.size() * sizeof(ParamChunk), stream_);
+  if (!chunks.empty())
+    copy_to_device(chunks_.data(), chunks.data(), chunks.size() * sizeof(ParamChunk), stream_);
   copy_to_device(first_chunk_.data(), first.data(), first.size() * sizeof(int32_t), stream_);
   if (!flags.empty()) copy_to_device(decay_flags_.data(), flags.data(), flags.size(), stream_);
   if (m_.size() > 0) {
@@ -94,8 +95,10 @@ void DeviceAdamW::queue_step(DeviceParams& params, const StepHyper& h, const dou
   if (comm_) {
     // This rank's sums of squares, then the job's norm and non-finite flag, then the clipping factor.
     grad_norm_and_clip(params.grads() + b, chunks_.data(), n_chunks_, first_chunk_.data(), n_params_,
-                       chunk_partials_.data(), param_sumsq_.data(), loss_sums, 0.0f, control_.data(), stream_);
-    local_norm_kernel<<<1, 1, 0, stream_>>>(param_sumsq_.data(), n_params_, control_.data(), dp_scalars_.data());
+                       chunk_partials_.data(), param_sumsq_.data(), loss_sums, 0.0f, control_.data(),
+                       stream_);
+    local_norm_kernel<<<1, 1, 0, stream_>>>(param_sumsq_.data(), n_params_, control_.data(),
+                                            dp_scalars_.data());
     FP4_CUDA_CHECK(cudaGetLastError());
     comm_->all_reduce_sum(dp_scalars_.data(), 2, CommType::kF64, stream_);
     global_control_kernel<<<1, 1, 0, stream_>>>(dp_scalars_.data(), h.grad_clip, control_.data());

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "core/communicator.h"
-#include "nn/cuda/device_params.h"
-#include "core/step_types.h"
-#include "core/state_tensor.h"
-#include "core/parameter_info.h"
 #include "core/index_range.h"
+#include "core/parameter_info.h"
+#include "core/state_tensor.h"
+#include "core/step_types.h"
+#include "nn/cuda/device_params.h"
 #include "optim/cuda/adamw_cuda.h"
 
 namespace fp4::cuda {
@@ -75,6 +75,5 @@ class DeviceAdamW {
   DeviceBuffer<double> dp_scalars_;  // [sum of squares, non-finite] reduced over ranks
   void build(const DeviceParams& params);
 };
-
 
 }  // namespace fp4::cuda

@@ -14,13 +14,13 @@
 #include <vector>
 
 #include "core/communicator.h"
-#include "nn/cuda/device_params.h"
-#include "core/step_types.h"
-#include "core/state_tensor.h"
-#include "core/parameter_info.h"
 #include "core/error.h"
 #include "core/index_range.h"
+#include "core/parameter_info.h"
 #include "core/state_index.h"
+#include "core/state_tensor.h"
+#include "core/step_types.h"
+#include "nn/cuda/device_params.h"
 #include "optim/cuda/adamw_cuda.h"
 
 namespace fp4::cuda {

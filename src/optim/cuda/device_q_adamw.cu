@@ -1,8 +1,8 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "optim/cuda/device_q_adamw.h"
 #include "optim/adamw.h"
+#include "optim/cuda/device_q_adamw.h"
 #include "optim/q_adamw.h"
 #include "optim/q_adamw_keys.h"
 #include "optim/q_adamw_state.h"
@@ -66,12 +66,14 @@ QAdamPacked DeviceQAdamW::packed() {
 void DeviceQAdamW::queue_step(DeviceParams& params, const StepHyper& h, const double* loss_sums) {
   check_adamw_hyper(h);
   grad_norm_and_clip(params.grads(), chunks_.data(), n_chunks_, first_chunk_.data(), n_params_,
-                     chunk_partials_.data(), param_sumsq_.data(), loss_sums, h.grad_clip, control_.data(), stream_);
+                     chunk_partials_.data(), param_sumsq_.data(), loss_sums, h.grad_clip, control_.data(),
+                     stream_);
   const int64_t step = step_ + 1;
   cpu::AdamWArgs args = adamw_args(h, step);  // weight decay per tensor: QAdamTensor::decay
   args.ratio_bound = q_adamw_ratio_bound(h.beta1, h.beta2, step);
-  q_adamw_step(params.values(), params.grads(), params.values_bf16(), packed(), tensors_.data(), n_params_, tiles_,
-               q_adamw_step_args(args, seed_, step), control_.data(), amax_.data(), fault_.data(), stream_);
+  q_adamw_step(params.values(), params.grads(), params.values_bf16(), packed(), tensors_.data(), n_params_,
+               tiles_, q_adamw_step_args(args, seed_, step), control_.data(), amax_.data(), fault_.data(),
+               stream_);
 }
 
 void DeviceQAdamW::queue_norm(const DeviceParams& params, const double* loss_sums) {
@@ -90,10 +92,11 @@ StepControl DeviceQAdamW::read_control(std::vector<double>& param_sumsq) const {
   copy_to_host(&ctl, control_.data(), sizeof(ctl), stream_);
   if (fault != kQAdamNoFault) {
     const auto param = static_cast<size_t>(fault / 2);
-    FP4_THROW("q-adamw (CUDA), step ", step_ + 1, ": the ", fault % 2 == 0 ? "first" : "second",
-              " moment of parameter ", param < names_.size() ? names_[param] : std::string("?"),
-              " is not finite after the update (or overflows its H16 mixing); the parameters and the moments ",
-              "were left unchanged");
+    FP4_THROW(
+        "q-adamw (CUDA), step ", step_ + 1, ": the ", fault % 2 == 0 ? "first" : "second",
+        " moment of parameter ", param < names_.size() ? names_[param] : std::string("?"),
+        " is not finite after the update (or overflows its H16 mixing); the parameters and the moments ",
+        "were left unchanged");
   }
   return ctl;
 }
@@ -110,8 +113,8 @@ DeviceQAdamW::HostState DeviceQAdamW::sized_host_state() const {
 }
 
 std::vector<StateTensor> DeviceQAdamW::save_state(const DeviceParams& params) const {
-  FP4_CHECK(params.size() == n_params_, "q-adamw (CUDA) save_state: ", params.size(), " parameters, the state has ",
-            n_params_);
+  FP4_CHECK(params.size() == n_params_, "q-adamw (CUDA) save_state: ", params.size(),
+            " parameters, the state has ", n_params_);
   HostState h = sized_host_state();
   auto& [codes, scales, scale, mean] = h;
   for (int k = 0; k < 2; ++k) {
@@ -131,15 +134,22 @@ std::vector<StateTensor> DeviceQAdamW::save_state(const DeviceParams& params) co
     const std::string& name = params.at(i).info.name;
     const int64_t n = q_adamw_tiles(t.numel);
     for (int k = 0; k < 2; ++k) {
-      out.push_back(StateTensor{q_adamw_tensor_name(3 * k, name), "U8", {n, kQAdamCodeBytes},
-                                bytes(codes[k].data() + t.first_tile * kQAdamCodeBytes,
-                                      static_cast<size_t>(n * kQAdamCodeBytes))});
-      out.push_back(StateTensor{q_adamw_tensor_name(3 * k + 1, name), "U8", {n, kQAdamScaleBytes},
+      out.push_back(StateTensor{
+          q_adamw_tensor_name(3 * k, name),
+          "U8",
+          {n, kQAdamCodeBytes},
+          bytes(codes[k].data() + t.first_tile * kQAdamCodeBytes, static_cast<size_t>(n * kQAdamCodeBytes))});
+      out.push_back(StateTensor{q_adamw_tensor_name(3 * k + 1, name),
+                                "U8",
+                                {n, kQAdamScaleBytes},
                                 bytes(scales[k].data() + t.first_tile * kQAdamScaleBytes,
                                       static_cast<size_t>(n * kQAdamScaleBytes))});
-      out.push_back(StateTensor{q_adamw_tensor_name(3 * k + 2, name), "F32", {2}, bytes(scale[k].data() + 2 * i, 8)});
+      out.push_back(
+          StateTensor{q_adamw_tensor_name(3 * k + 2, name), "F32", {2}, bytes(scale[k].data() + 2 * i, 8)});
     }
-    out.push_back(StateTensor{q_adamw_tensor_name(6, name), "BF16", {n},
+    out.push_back(StateTensor{q_adamw_tensor_name(6, name),
+                              "BF16",
+                              {n},
                               bytes(mean.data() + t.first_tile, static_cast<size_t>(n) * 2)});
   }
   out.push_back(StateTensor{kQAdamStepName, "I64", {1}, bytes(&step_, 8)});
@@ -148,10 +158,11 @@ std::vector<StateTensor> DeviceQAdamW::save_state(const DeviceParams& params) co
 }
 
 void DeviceQAdamW::load_state(const StateIndex& index, const DeviceParams& params) {
-  FP4_CHECK(params.size() == n_params_, "q-adamw (CUDA) load_state: ", params.size(), " parameters, the state has ",
-            n_params_);
-  FP4_CHECK(index.has(kQAdamStepName) || !index.has(kAdamStepName), "load_state: the state holds AdamW moments ('",
-            kAdamStepName, "'), but this run's optimizer is q-adamw (recipe field 'optimizer'); resume with ",
+  FP4_CHECK(params.size() == n_params_, "q-adamw (CUDA) load_state: ", params.size(),
+            " parameters, the state has ", n_params_);
+  FP4_CHECK(index.has(kQAdamStepName) || !index.has(kAdamStepName),
+            "load_state: the state holds AdamW moments ('", kAdamStepName,
+            "'), but this run's optimizer is q-adamw (recipe field 'optimizer'); resume with ",
             "the optimizer that wrote it");
   // Every tensor checked before anything changes (QAdamW::load_state's rules).
   std::vector<QAdamStateTensors> found;
@@ -186,7 +197,8 @@ void DeviceQAdamW::load_state(const StateIndex& index, const DeviceParams& param
 
 int64_t DeviceQAdamW::state_bytes() const {
   int64_t b = static_cast<int64_t>(mean_.bytes());
-  for (int k = 0; k < 2; ++k) b += static_cast<int64_t>(codes_[k].bytes() + scales_[k].bytes() + scale_[k].bytes());
+  for (int k = 0; k < 2; ++k)
+    b += static_cast<int64_t>(codes_[k].bytes() + scales_[k].bytes() + scale_[k].bytes());
   return b;
 }
 

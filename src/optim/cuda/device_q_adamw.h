@@ -9,12 +9,12 @@
 #include <cstdint>
 #include <vector>
 
-#include "nn/cuda/device_params.h"
-#include "core/step_types.h"
-#include "core/state_tensor.h"
-#include "core/parameter_info.h"
 #include "core/index_range.h"
+#include "core/parameter_info.h"
 #include "core/state_index.h"
+#include "core/state_tensor.h"
+#include "core/step_types.h"
+#include "nn/cuda/device_params.h"
 #include "optim/cuda/adamw_cuda.h"
 #include "optim/cuda/q_adamw_cuda.h"
 

@@ -4,9 +4,9 @@
 #include <initializer_list>
 
 #include "core/error.h"
-#include "optim/cuda/device_root.h"
 #include "core/state_tensor.h"
 #include "optim/adamw.h"
+#include "optim/cuda/device_root.h"
 #include "optim/root_optimizer.h"
 
 namespace fp4::cuda {
@@ -43,7 +43,8 @@ DeviceRoot::DeviceRoot(const DeviceParams& params, cudaStream_t stream, uint64_t
   const std::vector<ParamChunk> chunks = make_param_chunks(offsets, sizes, first);
   n_chunks_ = static_cast<int>(chunks.size());
   chunks_ = DeviceBuffer<ParamChunk>(std::max<size_t>(chunks.size(), 1));
-  if (!chunks.empty()) copy_to_device(chunks_.data(), chunks.data(), chunks.size() * sizeof(ParamChunk), stream_);
+  if (!chunks.empty())
+    copy_to_device(chunks_.data(), chunks.data(), chunks.size() * sizeof(ParamChunk), stream_);
   first_chunk_ = DeviceBuffer<int32_t>(first.size());
   copy_to_device(first_chunk_.data(), first.data(), first.size() * sizeof(int32_t), stream_);
   chunk_partials_ = DeviceBuffer<double>(std::max<size_t>(chunks.size(), 1));
@@ -77,7 +78,8 @@ void DeviceRoot::reset_moments(std::span<const IndexRange> ranges) {
     const int64_t lo = std::max(r.begin, begin), hi = std::min(r.end, begin + n);
     if (lo >= hi) return;
     for (float* d : dst)
-      FP4_CUDA_CHECK(cudaMemsetAsync(d + (lo - begin), 0, static_cast<size_t>(hi - lo) * sizeof(float), stream_));
+      FP4_CUDA_CHECK(
+          cudaMemsetAsync(d + (lo - begin), 0, static_cast<size_t>(hi - lo) * sizeof(float), stream_));
   };
   for (const IndexRange& r : ranges) {
     for (const Matrix& mat : roots_)
@@ -96,17 +98,19 @@ void DeviceRoot::queue_step(DeviceParams& params, const StepHyper& h, const doub
   FP4_CUDA_CHECK(cudaMemsetAsync(stats_.data(), 0, stats_.bytes(), stream_));
   FP4_CUDA_CHECK(cudaMemsetAsync(fault_.data(), 0, fault_.bytes(), stream_));
   grad_norm_and_clip(params.grads(), chunks_.data(), n_chunks_, first_chunk_.data(), n_params_,
-                     chunk_partials_.data(), param_sumsq_.data(), loss_sums, h.grad_clip, control_.data(), stream_);
+                     chunk_partials_.data(), param_sumsq_.data(), loss_sums, h.grad_clip, control_.data(),
+                     stream_);
   for (size_t k = 0; k < roots_.size(); ++k) {
     const Matrix& mx = roots_[k];
     const Parameter& p = params.at(mx.param);
     const float wd = p.info.weight_decay ? h.weight_decay : 0.0f;
     // RootMatrix's SR stream: (seed, parameter index, the matrix's step count before this step).
-    const RngStream sr{seed_, make_stream(static_cast<uint32_t>(mx.param), static_cast<uint32_t>(step_), 0x52)};
+    const RngStream sr{seed_,
+                       make_stream(static_cast<uint32_t>(mx.param), static_cast<uint32_t>(step_), 0x52)};
     NsTrace* trace = static_cast<int>(k) == trace_k_ ? trace_ : nullptr;
-    root_->queue(params.value(mx.param), params.values_bf16() + p.offset, params.grad(mx.param), m_.data() + mx.offset,
-                 mx.rows, mx.cols, h.lr, wd, opt_, p.info.name, sr, static_cast<int>(k), control_.data(),
-                 stats_.data() + k, fault_.data(), stream_, trace);
+    root_->queue(params.value(mx.param), params.values_bf16() + p.offset, params.grad(mx.param),
+                 m_.data() + mx.offset, mx.rows, mx.cols, h.lr, wd, opt_, p.info.name, sr,
+                 static_cast<int>(k), control_.data(), stats_.data() + k, fault_.data(), stream_, trace);
   }
   trace_k_ = -1;
   trace_ = nullptr;
@@ -141,25 +145,27 @@ StepControl DeviceRoot::read_control(std::vector<double>& param_sumsq) const {
   copy_to_host(&ctl, control_.data(), sizeof(ctl), stream_);
   if (fault.kind != kRootNoFault) {
     const auto k = static_cast<size_t>(fault.matrix);
-    FP4_CHECK(k < roots_.size(), name(), " (CUDA): a fault names matrix ", fault.matrix, " of ", roots_.size());
+    FP4_CHECK(k < roots_.size(), name(), " (CUDA): a fault names matrix ", fault.matrix, " of ",
+              roots_.size());
     const Matrix& mx = roots_[k];
     const std::string& who = names_[static_cast<size_t>(mx.param)];
     const std::string left = "; this matrix, the ones after it and the AdamW parameters were left unchanged";
     if (fault.kind == kRootNonFiniteNsInput)
       FP4_THROW(who, ": ROOT's Newton-Schulz input [", mx.rows, " x ", mx.cols,
                 "] has non-finite values (sum of squares ", fault.value, ")", left);
-    FP4_THROW(who, ": ROOT's Newton-Schulz diverged (|X|_F^2 = ", fault.value, " for a [", mx.rows, " x ", mx.cols,
-              "] matrix, expected about ", std::min(mx.rows, mx.cols),
+    FP4_THROW(who, ": ROOT's Newton-Schulz diverged (|X|_F^2 = ", fault.value, " for a [", mx.rows, " x ",
+              mx.cols, "] matrix, expected about ", std::min(mx.rows, mx.cols),
               "); use coefficients stable at this precision", left);
   }
   return ctl;
 }
 
 std::vector<StateTensor> DeviceRoot::save_state(const DeviceParams& params) const {
-  FP4_CHECK(params.size() == n_params_, name(), " (CUDA) save_state: ", params.size(), " parameters, the state has ",
-            n_params_);
+  FP4_CHECK(params.size() == n_params_, name(), " (CUDA) save_state: ", params.size(),
+            " parameters, the state has ", n_params_);
   auto tensor = [&](std::string tname, const ParameterInfo& info, const float* src) {
-    StateTensor t{std::move(tname), "F32", info.shape, std::vector<uint8_t>(static_cast<size_t>(info.numel()) * 4)};
+    StateTensor t{std::move(tname), "F32", info.shape,
+                  std::vector<uint8_t>(static_cast<size_t>(info.numel()) * 4)};
     if (!t.bytes.empty()) copy_to_host(t.bytes.data(), src, t.bytes.size(), stream_);
     return t;
   };
@@ -181,10 +187,11 @@ std::vector<StateTensor> DeviceRoot::save_state(const DeviceParams& params) cons
 }
 
 void DeviceRoot::load_state(const StateIndex& index, const DeviceParams& params) {
-  FP4_CHECK(params.size() == n_params_, name(), " (CUDA) load_state: ", params.size(), " parameters, the state has ",
-            n_params_);
-  FP4_CHECK(index.has(kRootStepName), "load_state: the state has no '", kRootStepName, "' (it was written by ",
-            index.has("qadamw.step") ? "q-adamw" : "another optimizer", "), but this run's optimizer is ", name(),
+  FP4_CHECK(params.size() == n_params_, name(), " (CUDA) load_state: ", params.size(),
+            " parameters, the state has ", n_params_);
+  FP4_CHECK(index.has(kRootStepName), "load_state: the state has no '", kRootStepName,
+            "' (it was written by ", index.has("qadamw.step") ? "q-adamw" : "another optimizer",
+            "), but this run's optimizer is ", name(),
             " (recipe field 'optimizer'); resume with the optimizer that wrote it");
   // Every tensor checked before anything changes.
   int64_t step = 0;
@@ -235,7 +242,8 @@ void DeviceRoot::read_momentum(int k, std::span<float> out) const {
 
 std::vector<RootStepInfo> DeviceRoot::last_step_info() const {
   std::vector<RootDeviceStats> stats(roots_.size());
-  if (!stats.empty()) copy_to_host(stats.data(), stats_.data(), stats.size() * sizeof(RootDeviceStats), stream_);
+  if (!stats.empty())
+    copy_to_host(stats.data(), stats_.data(), stats.size() * sizeof(RootDeviceStats), stream_);
   std::vector<RootStepInfo> out(stats.size());
   for (size_t k = 0; k < stats.size(); ++k) {
     out[k].clip_eps = stats[k].clip_eps;

@@ -12,8 +12,12 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kSumBlocks = 240;  // fixed, so every sum of squares adds in the same order
 
-int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
-unsigned grid_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+int64_t round_up16(int64_t n) {
+  return (n + 15) / 16 * 16;
+}
+unsigned grid_for(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
+}
 
 // Per-block double sums of x[i]^2 (each square is exact in double), grid-stride in a fixed order.
 __global__ void sumsq_partials_kernel(const float* __restrict__ x, int64_t n, double* __restrict__ partials) {
@@ -39,7 +43,8 @@ __global__ void sum_partials_kernel(const double* __restrict__ partials, int n, 
   double s = 0.0;
   for (int i = 0; i < n; ++i) s = __dadd_rn(s, partials[i]);
   *dst = s;
-  if (inv != nullptr) *inv = static_cast<float>(__ddiv_rn(1.0, __dadd_rn(__dsqrt_rn(s), static_cast<double>(norm_eps))));
+  if (inv != nullptr)
+    *inv = static_cast<float>(__ddiv_rn(1.0, __dadd_rn(__dsqrt_rn(s), static_cast<double>(norm_eps))));
 }
 
 // X [rp x cp] (wide, zero-padded) = b [rows x cols] * inv, transposed when tall.
@@ -68,15 +73,16 @@ __global__ void store_kernel(const float* __restrict__ x, int64_t rows, int64_t 
 
 // The lower triangle of A [r x r] from its upper triangle, as the CPU makes A exactly symmetric.
 __global__ void symmetrize_kernel(float* __restrict__ a, int64_t r) {
-  for (int64_t idx = blockIdx.x * int64_t{kThreads} + threadIdx.x; idx < r * r; idx += int64_t{kThreads} * gridDim.x) {
+  for (int64_t idx = blockIdx.x * int64_t{kThreads} + threadIdx.x; idx < r * r;
+       idx += int64_t{kThreads} * gridDim.x) {
     const int64_t i = idx / r, j = idx % r;
     if (j < i) a[idx] = a[j * r + i];
   }
 }
 
 // P = b A + c A^2, rounded as the CPU's unfused float expression.
-__global__ void poly_kernel(const float* __restrict__ a, const float* __restrict__ a2, float cb, float cc, int64_t n,
-                            float* __restrict__ poly) {
+__global__ void poly_kernel(const float* __restrict__ a, const float* __restrict__ a2, float cb, float cc,
+                            int64_t n, float* __restrict__ poly) {
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{kThreads} * gridDim.x)
     poly[i] = __fadd_rn(__fmul_rn(cb, a[i]), __fmul_rn(cc, a2[i]));
 }
@@ -91,7 +97,8 @@ __global__ void scale_kernel(float* __restrict__ y, int64_t n, const float* __re
 
 // next = a x + (sa sb) acc: the iteration's last product, its tensor scales and the a X term.
 __global__ void axpby_kernel(const float* __restrict__ x, const float* __restrict__ acc, float a, int64_t n,
-                             const float* __restrict__ sa, const float* __restrict__ sb, float* __restrict__ next) {
+                             const float* __restrict__ sa, const float* __restrict__ sb,
+                             float* __restrict__ next) {
   const float s = __fmul_rn(*sa, *sb);
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{kThreads} * gridDim.x)
     next[i] = __fadd_rn(__fmul_rn(a, x[i]), __fmul_rn(s, acc[i]));
@@ -104,7 +111,8 @@ void scale_by(float* y, int64_t n, const float* sa, const float* sb, cudaStream_
 
 // xt [c x r] = x [r x c]^T.
 __global__ void transpose_kernel(const float* __restrict__ x, int64_t r, int64_t c, float* __restrict__ xt) {
-  for (int64_t idx = blockIdx.x * int64_t{kThreads} + threadIdx.x; idx < r * c; idx += int64_t{kThreads} * gridDim.x) {
+  for (int64_t idx = blockIdx.x * int64_t{kThreads} + threadIdx.x; idx < r * c;
+       idx += int64_t{kThreads} * gridDim.x) {
     const int64_t j = idx / r, i = idx % r;
     xt[idx] = x[i * c + j];
   }
@@ -151,8 +159,9 @@ void NewtonSchulzCuda::reserve(int64_t wide, int64_t gram) {
   }
 }
 
-void NewtonSchulzCuda::quantize(const float* x, int64_t rows, int64_t cols, BlockShape block, const NsOptions& opt,
-                                int step, int slot, bf16* bar, cudaStream_t stream, NsTrace* trace) {
+void NewtonSchulzCuda::quantize(const float* x, int64_t rows, int64_t cols, BlockShape block,
+                                const NsOptions& opt, int step, int slot, bf16* bar, cudaStream_t stream,
+                                NsTrace* trace) {
   const uint64_t operand = static_cast<uint64_t>(step) * 4 + static_cast<uint64_t>(slot);
   const QuantSpec spec = ns_operand_spec(block, opt);
   const QuantRandomness rnd = ns_operand_randomness(opt, operand);
@@ -166,8 +175,8 @@ void NewtonSchulzCuda::quantize(const float* x, int64_t rows, int64_t cols, Bloc
   view.block = block;
   view.outer_mode = OuterScale::kTensor;
   amax_nvfp4_cuda(in, spec, rnd, amax_.data(), stream);
-  quantize_nvfp4_cuda(in, spec, rnd, view, amax_.data(), nullptr, DequantOutput{bar, QuantIoType::kBF16, false},
-                      stream);
+  quantize_nvfp4_cuda(in, spec, rnd, view, amax_.data(), nullptr,
+                      DequantOutput{bar, QuantIoType::kBF16, false}, stream);
   if (trace == nullptr) return;
   // Tests only: the operand as the host sees it.
   FP4_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -187,18 +196,20 @@ void NewtonSchulzCuda::quantize(const float* x, int64_t rows, int64_t cols, Bloc
   t.outer_scales.resize(1);
   FP4_CUDA_CHECK(cudaMemcpy(t.codes.data(), codes_.data(), n / 2, cudaMemcpyDeviceToHost));
   FP4_CUDA_CHECK(cudaMemcpy(t.scales.data(), scales_.data(), n / 16, cudaMemcpyDeviceToHost));
-  FP4_CUDA_CHECK(cudaMemcpy(t.outer_scales.data(), outer_.data() + slot, sizeof(float), cudaMemcpyDeviceToHost));
+  FP4_CUDA_CHECK(
+      cudaMemcpy(t.outer_scales.data(), outer_.data() + slot, sizeof(float), cudaMemcpyDeviceToHost));
   FP4_CUDA_CHECK(cudaMemcpy(&t.amax, amax_.data(), sizeof(float), cudaMemcpyDeviceToHost));
 }
 
 void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsOptions& opt, float* out,
                            NsDeviceResult* result, cudaStream_t stream, NsTrace* trace) {
   FP4_CHECK(rows > 0 && cols > 0, "newton_schulz (CUDA): empty matrix [", rows, " x ", cols, "]");
-  FP4_CHECK(opt.steps >= 0 && opt.steps <= 16, "newton_schulz (CUDA): steps must be in [0, 16], got ", opt.steps);
+  FP4_CHECK(opt.steps >= 0 && opt.steps <= 16, "newton_schulz (CUDA): steps must be in [0, 16], got ",
+            opt.steps);
   FP4_CHECK(opt.precision == precision_, "newton_schulz (CUDA): built for ",
             precision_ == NsPrecision::kNvfp4 ? "NVFP4" : "FP32", " operands, asked for the other precision");
-  FP4_CHECK(rows < (int64_t{1} << 30) / std::max<int64_t>(cols, 1), "newton_schulz (CUDA): matrix [", rows, " x ",
-            cols, "] is too large for 32-bit GEMM sizes");
+  FP4_CHECK(rows < (int64_t{1} << 30) / std::max<int64_t>(cols, 1), "newton_schulz (CUDA): matrix [", rows,
+            " x ", cols, "] is too large for 32-bit GEMM sizes");
   const bool q = precision_ == NsPrecision::kNvfp4;
   FP4_CHECK(trace == nullptr || q, "newton_schulz (CUDA): a trace of the operands needs NVFP4 operands");
   const bool tall = rows > cols;
@@ -222,7 +233,8 @@ void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsO
     // A = X X^T (one quantized X along c serves both operands).
     if (q) {
       quantize(x_.data(), r, c, BlockShape::k1x16, opt, s, 0, xq_.data(), stream, trace);
-      bf16_gemm_.gemm(false, true, ri, ri, ci, 1.0f, xq_.data(), ci, xq_.data(), ci, 0.0f, a_.data(), ri, stream);
+      bf16_gemm_.gemm(false, true, ri, ri, ci, 1.0f, xq_.data(), ci, xq_.data(), ci, 0.0f, a_.data(), ri,
+                      stream);
       scale_by(a_.data(), r * r, outer_.data(), outer_.data(), stream);
     } else {
       gemm_.gemm(false, true, ri, ri, ci, 1.0f, x_.data(), ci, x_.data(), ci, 0.0f, a_.data(), ri, stream);
@@ -232,12 +244,14 @@ void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsO
     // A^2 = A A (A in 16x16 tiles: A^ and A^^T are the same values).
     if (q) {
       quantize(a_.data(), r, r, BlockShape::k16x16, opt, s, 1, aq_.data(), stream, trace);
-      bf16_gemm_.gemm(false, false, ri, ri, ri, 1.0f, aq_.data(), ri, aq_.data(), ri, 0.0f, a2_.data(), ri, stream);
+      bf16_gemm_.gemm(false, false, ri, ri, ri, 1.0f, aq_.data(), ri, aq_.data(), ri, 0.0f, a2_.data(), ri,
+                      stream);
       scale_by(a2_.data(), r * r, outer_.data() + 1, outer_.data() + 1, stream);
     } else {
       gemm_.gemm(false, false, ri, ri, ri, 1.0f, a_.data(), ri, a_.data(), ri, 0.0f, a2_.data(), ri, stream);
     }
-    poly_kernel<<<grid_for(r * r), kThreads, 0, stream>>>(a_.data(), a2_.data(), k.b, k.c, r * r, poly_.data());
+    poly_kernel<<<grid_for(r * r), kThreads, 0, stream>>>(a_.data(), a2_.data(), k.b, k.c, r * r,
+                                                          poly_.data());
     FP4_CUDA_CHECK_LAUNCH("poly_kernel");
     // next = a X + P X.
     if (q) {
@@ -246,13 +260,14 @@ void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsO
       FP4_CUDA_CHECK_LAUNCH("transpose_kernel");
       quantize(xt_.data(), c, r, BlockShape::k1x16, opt, s, 3, xtq_.data(), stream, trace);
       // P^ X^ into next_, then next_ = a X + (tensor scales) next_ (xt_ is free again: it holds the product).
-      bf16_gemm_.gemm(false, true, ri, ci, ri, 1.0f, pq_.data(), ri, xtq_.data(), ri, 0.0f, xt_.data(), ci, stream);
-      axpby_kernel<<<grid_for(r * c), kThreads, 0, stream>>>(x_.data(), xt_.data(), k.a, r * c, outer_.data() + 2,
-                                                             outer_.data() + 3, next_.data());
+      bf16_gemm_.gemm(false, true, ri, ci, ri, 1.0f, pq_.data(), ri, xtq_.data(), ri, 0.0f, xt_.data(), ci,
+                      stream);
+      axpby_kernel<<<grid_for(r * c), kThreads, 0, stream>>>(
+          x_.data(), xt_.data(), k.a, r * c, outer_.data() + 2, outer_.data() + 3, next_.data());
       FP4_CUDA_CHECK_LAUNCH("axpby_kernel");
     } else {
-      gemm_.gemm(false, false, ri, ci, ri, 1.0f, poly_.data(), ri, x_.data(), ci, k.a, next_.data(), ci, stream,
-                 x_.data());
+      gemm_.gemm(false, false, ri, ci, ri, 1.0f, poly_.data(), ri, x_.data(), ci, k.a, next_.data(), ci,
+                 stream, x_.data());
     }
     std::swap(x_, next_);
   }

@@ -48,8 +48,8 @@ class NewtonSchulzCuda {
   // out[rows x cols] = NS(b) (device, row-major; out may equal b); *result (device) receives the sums.
   // When trace is not null (kNvfp4 only) the stream is synchronized to fill it. Throws fp4::Error on
   // empty or too large shapes, a precision other than the constructor's, or steps outside [0, 16].
-  void run(const float* b, int64_t rows, int64_t cols, const NsOptions& opt, float* out, NsDeviceResult* result,
-           cudaStream_t stream, NsTrace* trace = nullptr);
+  void run(const float* b, int64_t rows, int64_t cols, const NsOptions& opt, float* out,
+           NsDeviceResult* result, cudaStream_t stream, NsTrace* trace = nullptr);
 
  private:
   // Quantizes operand `slot` of NS step `step`: x [rows x cols] along cols (Philox sub-stream
@@ -61,14 +61,14 @@ class NewtonSchulzCuda {
   void reserve(int64_t wide, int64_t gram);  // element capacities of the [rp x cp] and [rp x rp] buffers
 
   NsPrecision precision_;
-  GemmF32Runner gemm_;       // kFp32: FP32 operands
-  GemmRunner bf16_gemm_;     // kNvfp4: the operands' exact BF16 values, FP32 accumulation and output
+  GemmF32Runner gemm_;    // kFp32: FP32 operands
+  GemmRunner bf16_gemm_;  // kNvfp4: the operands' exact BF16 values, FP32 accumulation and output
   int64_t wide_cap_ = 0, gram_cap_ = 0;
   DeviceBuffer<float> x_, next_, a_, a2_, poly_, xt_;  // wide iterate, its successor, Gram, A^2, P, X^T
   // kNvfp4: the operands' values without their tensor scales (outer_[slot] holds those): the products run
   // on BF16 tensor cores and the two tensor scales multiply the FP32 result.
   DeviceBuffer<bf16> xq_, aq_, pq_, xtq_;
-  DeviceBuffer<uint8_t> codes_, scales_;               // one NVFP4 operand at a time (kNvfp4)
+  DeviceBuffer<uint8_t> codes_, scales_;  // one NVFP4 operand at a time (kNvfp4)
   DeviceBuffer<float> outer_, amax_, inv_;
   DeviceBuffer<double> partials_;
 };

@@ -19,7 +19,7 @@ namespace fp4::cuda {
 
 namespace {
 
-constexpr int kGroups = 8;                       // 16-element groups per tile: one thread each
+constexpr int kGroups = 8;  // 16-element groups per tile: one thread each
 constexpr int kTilesPerBlock = 32;
 constexpr int kThreads = kTilesPerBlock * kGroups;
 
@@ -28,7 +28,10 @@ __device__ int tensor_of(const QAdamTensor* t, int n, int64_t tile) {
   int lo = 0, hi = n - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (t[mid].first_tile <= tile) lo = mid; else hi = mid - 1;
+    if (t[mid].first_tile <= tile)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
@@ -64,9 +67,10 @@ __device__ void decode_group(const QAdamPacked& st, int k, const Slot& s, float 
   const float sb = e4m3_decode(st.scales[k][s.gt * kQAdamScaleBytes + s.g]);
   uint2 w = *reinterpret_cast<const uint2*>(c);
   const uint8_t* b = reinterpret_cast<const uint8_t*>(&w);
-FP4_UNROLL
+  FP4_UNROLL
   for (int e = 0; e < 16; ++e) {
-    const uint8_t code = (e & 1) ? static_cast<uint8_t>(b[e >> 1] >> 4) : static_cast<uint8_t>(b[e >> 1] & 0xF);
+    const uint8_t code =
+        (e & 1) ? static_cast<uint8_t>(b[e >> 1] >> 4) : static_cast<uint8_t>(b[e >> 1] & 0xF);
     x[e] = mul_rn(mul_rn(e2m1_decode(code), sb), s_dec);
   }
   rht_segment<16>(x, RhtSigns{});
@@ -83,7 +87,7 @@ __device__ void update_group(const float* values, const float* grads, const QAda
   const float mu = bf16_bits_to_float(st.mean[s.gt]);
   const float decay = t.decay ? a.decay_on : 1.0f;
   const int64_t base = t.offset + s.tile * kQAdamTileElements + s.g * 16;
-FP4_UNROLL
+  FP4_UNROLL
   for (int e = 0; e < 16; ++e) {
     m[e] = v[e] = p[e] = 0.0f;
     if (e >= s.valid) continue;
@@ -108,7 +112,7 @@ FP4_UNROLL
 __device__ uint16_t mix_group(const Slot& s, const float* m, const float* v, float* xm, float* xr,
                               float (*sh_u)[kQAdamTileElements], uint16_t* sh_mean) {
   const int lt = static_cast<int>(threadIdx.x) / kGroups;
-FP4_UNROLL
+  FP4_UNROLL
   for (int e = 0; e < 16; ++e) {
     xm[e] = e < s.valid ? m[e] : 0.0f;
     xr[e] = e < s.valid ? __fsqrt_rn(v[e]) : 0.0f;
@@ -125,7 +129,7 @@ FP4_UNROLL
   __syncthreads();
   const uint16_t mean_bits = sh_mean[lt];
   const float mu = bf16_bits_to_float(mean_bits);
-FP4_UNROLL
+  FP4_UNROLL
   for (int e = 0; e < 16; ++e)
     if (e < s.valid) xr[e] = __fsub_rn(xr[e], mu);
   rht_segment<16>(xr, RhtSigns{});
@@ -134,7 +138,7 @@ FP4_UNROLL
 
 __device__ float group_amax(const float* x) {
   float a = 0.0f;
-FP4_UNROLL
+  FP4_UNROLL
   for (int e = 0; e < 16; ++e) a = max_f(a, abs_f(x[e]));
   return a;
 }
@@ -151,15 +155,15 @@ __device__ void quantize_group(const float* x, float amax, uint64_t key, int64_t
   const RngStream rs{key, static_cast<uint64_t>(tile)};
   const int g = static_cast<int>(threadIdx.x) % kGroups;
   uint8_t code[16];
-FP4_UNROLL
+  FP4_UNROLL
   for (int q = 0; q < 4; ++q) {
     const Philox4 r = philox_block(rs, static_cast<uint64_t>(g * 4 + q));
-FP4_UNROLL
+    FP4_UNROLL
     for (int j = 0; j < 4; ++j) code[4 * q + j] = nvfp4_encode_tensor(x[4 * q + j], e_b, true, r.v[j]);
   }
   uint2 w;
   uint8_t* b = reinterpret_cast<uint8_t*>(&w);
-FP4_UNROLL
+  FP4_UNROLL
   for (int i = 0; i < 8; ++i) b[i] = pack_e2m1(code[2 * i], code[2 * i + 1]);
   *reinterpret_cast<uint2*>(codes) = w;
   *scale = sc;
@@ -198,12 +202,10 @@ __device__ void reduce_amax(const Slot& s, float am, float av, float* amax, int*
 }
 
 // (A) The new moments' tensor amax, and the first non-finite moment (QAdamW's pass 1).
-__global__ void __launch_bounds__(kThreads) amax_kernel(const float* __restrict__ values,
-                                                        const float* __restrict__ grads, QAdamPacked st,
-                                                        const QAdamTensor* __restrict__ tensors, int n_tensors,
-                                                        int64_t total_tiles, QAdamStepArgs a,
-                                                        const StepControl* __restrict__ control, float* amax,
-                                                        uint32_t* fault) {
+__global__ void __launch_bounds__(kThreads)
+    amax_kernel(const float* __restrict__ values, const float* __restrict__ grads, QAdamPacked st,
+                const QAdamTensor* __restrict__ tensors, int n_tensors, int64_t total_tiles, QAdamStepArgs a,
+                const StepControl* __restrict__ control, float* amax, uint32_t* fault) {
   __shared__ float sh_u[kTilesPerBlock][kQAdamTileElements];
   __shared__ uint16_t sh_mean[kTilesPerBlock];
   __shared__ int sh_ti[kTilesPerBlock];
@@ -216,7 +218,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const float* __restrict_
     bool bad_m = false, bad_v = false;
     // Loops over a group run all 16 entries with a predicate: a run-time trip count would put the group's
     // arrays in local memory.
-FP4_UNROLL
+    FP4_UNROLL
     for (int e = 0; e < 16; ++e) {
       if (e >= s.valid) continue;
       bad_m |= !is_finite_f(m[e]);
@@ -224,7 +226,7 @@ FP4_UNROLL
     }
     if (bad_m || bad_v) atomicMin(fault, 2u * static_cast<uint32_t>(s.ti) + (bad_m ? 0u : 1u));
     // Non-finite values would poison the mean and the amax; the step is abandoned anyway.
-FP4_UNROLL
+    FP4_UNROLL
     for (int e = 0; e < 16; ++e) {
       if (!is_finite_f(m[e])) m[e] = 0.0f;
       if (!(v[e] >= 0.0f && is_finite_f(v[e]))) v[e] = 0.0f;
@@ -243,14 +245,11 @@ FP4_UNROLL
 }
 
 // (B) The weights and the packed moments of the step (QAdamW's pass 2).
-__global__ void __launch_bounds__(kThreads) write_kernel(float* __restrict__ values,
-                                                         const float* __restrict__ grads,
-                                                         bf16* __restrict__ values_bf16, QAdamPacked st,
-                                                         const QAdamTensor* __restrict__ tensors, int n_tensors,
-                                                         int64_t total_tiles, QAdamStepArgs a,
-                                                         const StepControl* __restrict__ control,
-                                                         const float* __restrict__ amax,
-                                                         const uint32_t* __restrict__ fault) {
+__global__ void __launch_bounds__(kThreads)
+    write_kernel(float* __restrict__ values, const float* __restrict__ grads, bf16* __restrict__ values_bf16,
+                 QAdamPacked st, const QAdamTensor* __restrict__ tensors, int n_tensors, int64_t total_tiles,
+                 QAdamStepArgs a, const StepControl* __restrict__ control, const float* __restrict__ amax,
+                 const uint32_t* __restrict__ fault) {
   __shared__ float sh_u[kTilesPerBlock][kQAdamTileElements];
   __shared__ uint16_t sh_mean[kTilesPerBlock];
   if (control->skip || *fault != kQAdamNoFault) return;
@@ -263,17 +262,18 @@ __global__ void __launch_bounds__(kThreads) write_kernel(float* __restrict__ val
   if (!s.live) return;
   const QAdamTensor& t = tensors[s.ti];
   const int64_t base = t.offset + s.tile * kQAdamTileElements + s.g * 16;
-FP4_UNROLL
+  FP4_UNROLL
   for (int e = 0; e < 16; ++e) {
     if (e >= s.valid) continue;
     values[base + e] = p[e];
     if (values_bf16 != nullptr) values_bf16[base + e] = __float2bfloat16_rn(p[e]);
   }
   const float* x[2] = {xm, xr};
-FP4_UNROLL
+  FP4_UNROLL
   for (int k = 0; k < 2; ++k)
     quantize_group(x[k], amax[2 * s.ti + k], q_adamw_sr_key(a.seed, a.step, s.ti, k), s.tile,
-                   st.codes[k] + s.gt * kQAdamCodeBytes + s.g * 8, st.scales[k] + s.gt * kQAdamScaleBytes + s.g);
+                   st.codes[k] + s.gt * kQAdamCodeBytes + s.g * 8,
+                   st.scales[k] + s.gt * kQAdamScaleBytes + s.g);
   if (s.g == 0) st.mean[s.gt] = mean_bits;
 }
 
@@ -291,8 +291,8 @@ __global__ void scale_kernel(QAdamPacked st, int n_tensors, const float* __restr
 }
 
 // The zero state: every group quantized from zeros with amax 0, key 0, and the mean of zeros.
-__global__ void __launch_bounds__(kThreads) init_kernel(QAdamPacked st, const QAdamTensor* __restrict__ tensors,
-                                                        int n_tensors, int64_t total_tiles) {
+__global__ void __launch_bounds__(kThreads)
+    init_kernel(QAdamPacked st, const QAdamTensor* __restrict__ tensors, int n_tensors, int64_t total_tiles) {
   const Slot s = slot_of(tensors, n_tensors, total_tiles);
   if (!s.live) return;
   const float zero[16] = {};
@@ -327,7 +327,8 @@ QAdamStepArgs q_adamw_step_args(const cpu::AdamWArgs& args, uint64_t seed, int64
 
 void q_adamw_init(const QAdamPacked& state, const QAdamTensor* tensors, int n_tensors, int64_t total_tiles,
                   float* amax, cudaStream_t stream) {
-  FP4_CHECK(n_tensors > 0 && total_tiles > 0, "q_adamw_init: ", n_tensors, " tensors, ", total_tiles, " tiles");
+  FP4_CHECK(n_tensors > 0 && total_tiles > 0, "q_adamw_init: ", n_tensors, " tensors, ", total_tiles,
+            " tiles");
   init_kernel<<<blocks_for(total_tiles), kThreads, 0, stream>>>(state, tensors, n_tensors, total_tiles);
   FP4_CUDA_CHECK_LAUNCH("q-adamw init_kernel");
   FP4_CUDA_CHECK(cudaMemsetAsync(amax, 0, 2 * static_cast<size_t>(n_tensors) * sizeof(float), stream));
@@ -338,15 +339,16 @@ void q_adamw_init(const QAdamPacked& state, const QAdamTensor* tensors, int n_te
 void q_adamw_step(float* values, const float* grads, bf16* values_bf16, const QAdamPacked& state,
                   const QAdamTensor* tensors, int n_tensors, int64_t total_tiles, const QAdamStepArgs& args,
                   const StepControl* control, float* amax, uint32_t* fault, cudaStream_t stream) {
-  FP4_CHECK(n_tensors > 0 && total_tiles > 0, "q_adamw_step: ", n_tensors, " tensors, ", total_tiles, " tiles");
+  FP4_CHECK(n_tensors > 0 && total_tiles > 0, "q_adamw_step: ", n_tensors, " tensors, ", total_tiles,
+            " tiles");
   FP4_CUDA_CHECK(cudaMemsetAsync(amax, 0, 2 * static_cast<size_t>(n_tensors) * sizeof(float), stream));
   FP4_CUDA_CHECK(cudaMemsetAsync(fault, 0xFF, sizeof(uint32_t), stream));
   const unsigned blocks = blocks_for(total_tiles);
-  amax_kernel<<<blocks, kThreads, 0, stream>>>(values, grads, state, tensors, n_tensors, total_tiles, args, control,
-                                               amax, fault);
+  amax_kernel<<<blocks, kThreads, 0, stream>>>(values, grads, state, tensors, n_tensors, total_tiles, args,
+                                               control, amax, fault);
   FP4_CUDA_CHECK_LAUNCH("q-adamw amax_kernel");
-  write_kernel<<<blocks, kThreads, 0, stream>>>(values, grads, values_bf16, state, tensors, n_tensors, total_tiles,
-                                                args, control, amax, fault);
+  write_kernel<<<blocks, kThreads, 0, stream>>>(values, grads, values_bf16, state, tensors, n_tensors,
+                                                total_tiles, args, control, amax, fault);
   FP4_CUDA_CHECK_LAUNCH("q-adamw write_kernel");
   scale_kernel<<<(n_tensors + 127) / 128, 128, 0, stream>>>(state, n_tensors, amax, control, fault);
   FP4_CUDA_CHECK_LAUNCH("q-adamw scale_kernel");

@@ -21,13 +21,13 @@
 namespace fp4::cuda {
 
 inline constexpr int64_t kQAdamTileElements = 128;
-inline constexpr int64_t kQAdamCodeBytes = 64;   // per tile: 128 E2M1 codes, low nibble first
-inline constexpr int64_t kQAdamScaleBytes = 8;   // per tile: 8 E4M3 block scales
+inline constexpr int64_t kQAdamCodeBytes = 64;  // per tile: 128 E2M1 codes, low nibble first
+inline constexpr int64_t kQAdamScaleBytes = 8;  // per tile: 8 E4M3 block scales
 inline constexpr uint32_t kQAdamNoFault = 0xFFFFFFFFu;
 
 // One parameter tensor of the packed state (device array, in parameter order).
 struct QAdamTensor {
-  int64_t offset = 0;      // its first element in the flat parameter buffers
+  int64_t offset = 0;  // its first element in the flat parameter buffers
   int64_t numel = 0;
   int64_t first_tile = 0;  // its tile 0 in the state buffers (tiles of earlier tensors come first)
   int32_t decay = 0;       // 1: weight decay applies

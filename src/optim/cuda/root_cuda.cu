@@ -1,7 +1,6 @@
-#include <cub/device/device_radix_sort.cuh>
-
 #include <algorithm>
 #include <cmath>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "core/error.h"
 #include "optim/cuda/root_cuda.h"
@@ -12,13 +11,16 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned grid_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+unsigned grid_for(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
+}
 
 // M' and U as root_step forms them (after the clipping factor), and |U|'s bits as sort keys: for
 // non-negative floats the bit patterns order as the values.
 __global__ void momentum_kernel(const float* __restrict__ g, const float* __restrict__ m, int64_t n, float mu,
-                                bool nesterov, const StepControl* __restrict__ control, float* __restrict__ m_new,
-                                float* __restrict__ u, uint32_t* __restrict__ keys) {
+                                bool nesterov, const StepControl* __restrict__ control,
+                                float* __restrict__ m_new, float* __restrict__ u,
+                                uint32_t* __restrict__ keys) {
   const float clip = control->clip_coef;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{kThreads} * gridDim.x) {
     const float gi = clip == 1.0f ? g[i] : __fmul_rn(g[i], clip);
@@ -87,8 +89,8 @@ __global__ void check_kernel(const RootDeviceStats* stats, double fro2_bound, in
 
 // M <- M', W <- W - lr (scale X + wd W), unfused as the CPU; nothing when the step is skipped.
 __global__ void commit_kernel(float* __restrict__ w, bf16* __restrict__ w_bf16, float* __restrict__ m,
-                              const float* __restrict__ m_new, const float* __restrict__ x, int64_t n, float lr,
-                              float wd, float scale, const StepControl* __restrict__ control) {
+                              const float* __restrict__ m_new, const float* __restrict__ x, int64_t n,
+                              float lr, float wd, float scale, const StepControl* __restrict__ control) {
   if (control->skip) return;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{kThreads} * gridDim.x) {
     m[i] = m_new[i];
@@ -101,8 +103,7 @@ __global__ void commit_kernel(float* __restrict__ w, bf16* __restrict__ w_bf16, 
 
 }  // namespace
 
-RootStepCuda::RootStepCuda(int64_t max_numel, NsPrecision precision)
-    : max_numel_(max_numel), ns_(precision) {
+RootStepCuda::RootStepCuda(int64_t max_numel, NsPrecision precision) : max_numel_(max_numel), ns_(precision) {
   FP4_CHECK(max_numel > 0 && max_numel < (int64_t{1} << 31), "ROOT (CUDA): matrices of ", max_numel,
             " elements are outside the supported (0, 2^31)");
   const auto n = static_cast<size_t>(max_numel);
@@ -111,14 +112,15 @@ RootStepCuda::RootStepCuda(int64_t max_numel, NsPrecision precision)
   keys_ = DeviceBuffer<uint32_t>(n);
   sorted_ = DeviceBuffer<uint32_t>(n);
   size_t temp = 0;
-  FP4_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp, keys_.data(), sorted_.data(), static_cast<int>(n), 0, 31));
+  FP4_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp, keys_.data(), sorted_.data(),
+                                                static_cast<int>(n), 0, 31));
   sort_temp_ = DeviceBuffer<uint8_t>(std::max<size_t>(temp, 1));
 }
 
-void RootStepCuda::queue(float* w, bf16* w_bf16, const float* g, float* m, int64_t rows, int64_t cols, float lr,
-                         float weight_decay, const RootOptions& opt, const std::string& name, RngStream sr, int index,
-                         StepControl* control, RootDeviceStats* stats, RootFault* fault, cudaStream_t stream,
-                         NsTrace* trace) {
+void RootStepCuda::queue(float* w, bf16* w_bf16, const float* g, float* m, int64_t rows, int64_t cols,
+                         float lr, float weight_decay, const RootOptions& opt, const std::string& name,
+                         RngStream sr, int index, StepControl* control, RootDeviceStats* stats,
+                         RootFault* fault, cudaStream_t stream, NsTrace* trace) {
   check_root_options(opt, name);
   const int64_t n = rows * cols;
   FP4_CHECK(rows > 0 && cols > 0 && n <= max_numel_, name, ": ROOT (CUDA) matrix [", rows, " x ", cols,
@@ -127,8 +129,8 @@ void RootStepCuda::queue(float* w, bf16* w_bf16, const float* g, float* m, int64
   FP4_CHECK(std::isfinite(weight_decay) && weight_decay >= 0.0f, name,
             ": ROOT weight decay must be finite and >= 0, got ", weight_decay);
 
-  momentum_kernel<<<grid_for(n), kThreads, 0, stream>>>(g, m, n, opt.momentum, opt.nesterov, control, m_new_.data(),
-                                                        u_.data(), keys_.data());
+  momentum_kernel<<<grid_for(n), kThreads, 0, stream>>>(g, m, n, opt.momentum, opt.nesterov, control,
+                                                        m_new_.data(), u_.data(), keys_.data());
   FP4_CUDA_CHECK_LAUNCH("momentum_kernel");
   size_t temp = sort_temp_.bytes();
   FP4_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(sort_temp_.data(), temp, keys_.data(), sorted_.data(),
@@ -143,12 +145,13 @@ void RootStepCuda::queue(float* w, bf16* w_bf16, const float* g, float* m, int64
   FP4_CUDA_CHECK_LAUNCH("clamp_kernel");
 
   ns_.run(u_.data(), rows, cols, root_ns_options(opt, rows, cols, sr), u_.data(), &stats->ns, stream, trace);
-  check_kernel<<<1, 1, 0, stream>>>(stats, 4.0 * static_cast<double>(std::min(rows, cols)), index, control, fault);
+  check_kernel<<<1, 1, 0, stream>>>(stats, 4.0 * static_cast<double>(std::min(rows, cols)), index, control,
+                                    fault);
   FP4_CUDA_CHECK_LAUNCH("check_kernel");
 
   const float scale = opt.update_scale * std::sqrt(static_cast<float>(std::max(rows, cols)));
-  commit_kernel<<<grid_for(n), kThreads, 0, stream>>>(w, w_bf16, m, m_new_.data(), u_.data(), n, lr, weight_decay,
-                                                      scale, control);
+  commit_kernel<<<grid_for(n), kThreads, 0, stream>>>(w, w_bf16, m, m_new_.data(), u_.data(), n, lr,
+                                                      weight_decay, scale, control);
   FP4_CUDA_CHECK_LAUNCH("commit_kernel");
 }
 

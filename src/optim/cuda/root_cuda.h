@@ -23,9 +23,9 @@ namespace fp4::cuda {
 
 // Per matrix and step, on the device (zero it before the step).
 struct RootDeviceStats {
-  float clip_eps = 0;                 // the clipping threshold used
-  unsigned long long clipped = 0;     // elements of U with |U| > eps
-  NsDeviceResult ns;                  // sum of squares of B, |X|_F^2
+  float clip_eps = 0;              // the clipping threshold used
+  unsigned long long clipped = 0;  // elements of U with |U| > eps
+  NsDeviceResult ns;               // sum of squares of B, |X|_F^2
 };
 
 enum RootFaultKind : int32_t { kRootNoFault = 0, kRootNonFiniteNsInput = 1, kRootNsDiverged = 2 };

@@ -1,13 +1,12 @@
 #include "data/thread_pool.h"
 
 #include <gtest/gtest.h>
-
-#include <atomic>
-#include <stdexcept>
-
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <stdexcept>
 
 #include "core/error.h"
 

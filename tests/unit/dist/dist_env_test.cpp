@@ -117,7 +117,6 @@ TEST(DistEnv, SlurmErrorsNameTheSlurmVariable) {
   EXPECT_NE(error_for(vars).find("SLURM_PROCID"), std::string::npos);
 }
 
-
 TEST(DistEnv, ReadsOpenMpiAndMpichVariables) {
   const auto ompi = parse({{"OMPI_COMM_WORLD_RANK", "6"},
                            {"OMPI_COMM_WORLD_SIZE", "16"},
@@ -141,21 +140,18 @@ TEST(DistEnv, ReadsOpenMpiAndMpichVariables) {
 // mpirun inside a Slurm allocation: every rank inherits the batch step's SLURM_PROCID=0, so the MPI launcher
 // must win, and its numbers are never mixed with Slurm's.
 TEST(DistEnv, MpiInsideSlurmIsReadFromMpiAlone) {
-  Vars vars = {{"SLURM_PROCID", "0"},
-               {"SLURM_NTASKS", "1"},
-               {"SLURM_LOCALID", "0"},
-               {"OMPI_COMM_WORLD_RANK", "3"},
-               {"OMPI_COMM_WORLD_SIZE", "4"},
-               {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
-               {"MASTER_ADDR", "h0"},
-               {"MASTER_PORT", "4000"}};
+  Vars vars = {{"SLURM_PROCID", "0"},         {"SLURM_NTASKS", "1"},
+               {"SLURM_LOCALID", "0"},        {"OMPI_COMM_WORLD_RANK", "3"},
+               {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
+               {"MASTER_ADDR", "h0"},         {"MASTER_PORT", "4000"}};
   const auto env = parse(vars);
   EXPECT_EQ(env.rank, 3);
   EXPECT_EQ(env.world_size, 4);
   EXPECT_EQ(env.local_rank, 3);
   vars.erase("OMPI_COMM_WORLD_LOCAL_RANK");  // SLURM_LOCALID must not stand in for it
   EXPECT_NE(error_for(vars).find("OMPI_COMM_WORLD_LOCAL_RANK"), std::string::npos) << error_for(vars);
-  vars.emplace("OMPI_COMM_WORLD_LOCAL_RANK", "3");  // (constructed in place: GCC 12 misreads the assignment as -Wrestrict)
+  vars.emplace("OMPI_COMM_WORLD_LOCAL_RANK",
+               "3");                   // (constructed in place: GCC 12 misreads the assignment as -Wrestrict)
   vars.erase("OMPI_COMM_WORLD_SIZE");  // nor SLURM_NTASKS for the size
   const std::string msg = error_for(vars);
   EXPECT_NE(msg.find("OMPI_COMM_WORLD_SIZE"), std::string::npos) << msg;

@@ -58,8 +58,8 @@ inline std::vector<int> reap(const std::vector<pid_t>& pids, std::chrono::millis
 }
 
 // Forks world processes; child r runs body(env of rank r) and exits with its result (2 when it
-// throws fp4::Error, whose message it prints). Returns the exit codes, waiting at most `limit` (children still running then
-// are killed and reported as -1; killed by signal N: 100 + N).
+// throws fp4::Error, whose message it prints). Returns the exit codes, waiting at most `limit` (children
+// still running then are killed and reported as -1; killed by signal N: 100 + N).
 inline std::vector<int> run_ranks(int world, const std::function<int(const DistEnv&)>& body,
                                   std::chrono::milliseconds limit = std::chrono::seconds(20)) {
   const int port = free_port();

@@ -24,15 +24,19 @@ std::vector<float> input_of(uint64_t seed, int rank, int64_t n) {
 // Random disjoint ranges over [lo, hi), one per rank, some possibly empty.
 std::vector<IndexRange> random_ranges(std::mt19937_64& rng, int world, int64_t lo, int64_t hi) {
   std::vector<int64_t> cuts{lo, hi};
-  for (int i = 1; i < world; ++i) cuts.push_back(lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1)));
+  for (int i = 1; i < world; ++i)
+    cuts.push_back(lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1)));
   std::sort(cuts.begin(), cuts.end());
   std::vector<IndexRange> out;
-  for (int i = 0; i < world; ++i) out.push_back({cuts[static_cast<size_t>(i)], cuts[static_cast<size_t>(i) + 1]});
+  for (int i = 0; i < world; ++i)
+    out.push_back({cuts[static_cast<size_t>(i)], cuts[static_cast<size_t>(i) + 1]});
   std::shuffle(out.begin(), out.end(), rng);  // owners need not be in buffer order
   return out;
 }
 
-TcpCommunicator connect(const DistEnv& env) { return TcpCommunicator(env, 5000ms, 5000ms); }
+TcpCommunicator connect(const DistEnv& env) {
+  return TcpCommunicator(env, 5000ms, 5000ms);
+}
 
 TEST(TcpCommunicator, AllReduceSumsInRankOrderForEveryType) {
   for (int world : {1, 2, 3, 4}) {
@@ -63,7 +67,8 @@ TEST(TcpCommunicator, AllReduceSumsInRankOrderForEveryType) {
       }
       return f == ef && d == ed && i == ei ? 0 : 1;  // bit-exact: the order is fixed
     });
-    for (int r = 0; r < world; ++r) EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "world " << world << " rank " << r;
+    for (int r = 0; r < world; ++r)
+      EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "world " << world << " rank " << r;
   }
 }
 
@@ -77,7 +82,8 @@ TEST(TcpCommunicator, ReduceScatterAndAllGatherOfUnevenRanges) {
         const int64_t n = 1 + static_cast<int64_t>(rng() % 3001);
         // A sub-range of the buffer (a gradient bucket), or all of it.
         const int64_t lo = round % 2 ? static_cast<int64_t>(rng() % static_cast<uint64_t>(n)) : 0;
-        const int64_t hi = round % 2 ? lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(n - lo + 1)) : n;
+        const int64_t hi =
+            round % 2 ? lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(n - lo + 1)) : n;
         const auto ranges = random_ranges(rng, world, lo, hi);
         const uint64_t s = seed + static_cast<uint64_t>(round);
         std::vector<float> x = input_of(s, env.rank, n);
@@ -107,7 +113,8 @@ TEST(TcpCommunicator, ReduceScatterAndAllGatherOfUnevenRanges) {
       comm.barrier();
       return 0;
     });
-    for (int r = 0; r < world; ++r) EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "world " << world << " rank " << r;
+    for (int r = 0; r < world; ++r)
+      EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "world " << world << " rank " << r;
   }
 }
 
@@ -123,7 +130,8 @@ TEST(TcpCommunicator, DifferentCollectivesOnTwoRanksAreAnErrorNotAHang) {
       }
     } catch (const Error& e) {
       const std::string m = e.what();
-      return m.find("all_reduce_sum") != std::string::npos || m.find("closed the connection") != std::string::npos
+      return m.find("all_reduce_sum") != std::string::npos ||
+                     m.find("closed the connection") != std::string::npos
                  ? 7
                  : 8;
     }

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <limits>
 
-#include "core/error.h"
 #include "../ops/gradcheck.h"
+#include "core/error.h"
 
 namespace fp4 {
 namespace {

@@ -95,13 +95,13 @@ inline std::vector<StateTensor> expect_state_round_trip(const ModelConfig& cfg, 
   return state;
 }
 
-// Trains one engine through `data` (a step per entry), saving its state after every step; then, for every cut,
-// a fresh engine resumes from the state after step `cut`, trains the remaining steps and must end with every
-// parameter bit-identical. `check(whole, resumed, cut)` adds the caller's own comparisons.
-inline void expect_resume_bit_exact(const ModelConfig& cfg, const Recipe& recipe, uint32_t seed,
-                                    const std::vector<std::vector<Batch>>& data, const StepHyper& hyper,
-                                    const std::vector<int>& cuts,
-                                    const std::function<void(TrainingEngine&, TrainingEngine&, int)>& check = {}) {
+// Trains one engine through `data` (a step per entry), saving its state after every step; then, for every
+// cut, a fresh engine resumes from the state after step `cut`, trains the remaining steps and must end with
+// every parameter bit-identical. `check(whole, resumed, cut)` adds the caller's own comparisons.
+inline void expect_resume_bit_exact(
+    const ModelConfig& cfg, const Recipe& recipe, uint32_t seed, const std::vector<std::vector<Batch>>& data,
+    const StepHyper& hyper, const std::vector<int>& cuts,
+    const std::function<void(TrainingEngine&, TrainingEngine&, int)>& check = {}) {
   const int total = static_cast<int>(data.size());
   auto whole = make_cpu_engine(cfg, recipe, seed);
   std::vector<std::vector<StateTensor>> states(static_cast<size_t>(total) + 1);
@@ -116,7 +116,8 @@ inline void expect_resume_bit_exact(const ModelConfig& cfg, const Recipe& recipe
     for (int s = cut + 1; s <= total; ++s) resumed->train_step(data[static_cast<size_t>(s - 1)], hyper);
     const std::vector<float> p = all_parameters(*resumed);
     ASSERT_EQ(p.size(), final_params.size());
-    EXPECT_EQ(std::memcmp(p.data(), final_params.data(), p.size() * sizeof(float)), 0) << "resumed at step " << cut;
+    EXPECT_EQ(std::memcmp(p.data(), final_params.data(), p.size() * sizeof(float)), 0)
+        << "resumed at step " << cut;
     if (check) check(*whole, *resumed, cut);
   }
 }

@@ -47,8 +47,8 @@ TEST_P(RecipeTraining, TinyLossDecreases) {
   EXPECT_LT(last, first - 1.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, RecipeTraining, ::testing::Values("bf16", "nvidia-nvfp4", "tetrajet-v2-base"),
-                         [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Presets, RecipeTraining,
+                         ::testing::Values("bf16", "nvidia-nvfp4", "tetrajet-v2-base"), [](const auto& info) {
                            std::string n = info.param;
                            for (auto& c : n)
                              if (c == '-') c = '_';

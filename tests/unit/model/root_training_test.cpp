@@ -11,8 +11,8 @@
 
 #include "../optim/thread_comm.h"
 #include "core/error.h"
-#include "engine_training_util.h"
 #include "dist/shard_plan.h"
+#include "engine_training_util.h"
 #include "model/cpu_engine.h"
 #include "model/state_index.h"
 #include "optim/root_optimizer.h"
@@ -24,9 +24,9 @@ namespace {
 using ::testing::HasSubstr;
 
 using testing::all_parameters;
+using testing::expect_state_round_trip;
 using testing::logged_seed;
 using testing::random_token_batch;
-using testing::expect_state_round_trip;
 using testing::train_on;
 
 std::string test_name(const ::testing::TestParamInfo<const char*>& info) {

@@ -2,11 +2,12 @@
 
 #include <gtest/gtest.h>
 
-#include "core/error.h"
-#include "../ops/gradcheck.h"
-#include "ops/ops.h"
 #include <cmath>
 #include <random>
+
+#include "../ops/gradcheck.h"
+#include "core/error.h"
+#include "ops/ops.h"
 
 namespace fp4 {
 namespace {
@@ -83,7 +84,8 @@ TEST(Linear, QuantizedPolicyNeedsAQuantContext) {
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("linear blocks.0.attn.wqkv: recipe tetrajet-v2 quantizes it"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("linear blocks.0.attn.wqkv: recipe tetrajet-v2 quantizes it"), std::string::npos)
+        << msg;
   }
   // With a context the NVFP4 layer is built, and its forward differs from the dense product only by the
   // quantization of X (Q1) here.
@@ -97,9 +99,11 @@ TEST(Linear, QuantizedPolicyNeedsAQuantContext) {
   std::vector<float> x(16 * 128), y(16 * 384), y_ref(16 * 384);
   for (auto& v : x) v = nd(rng);
   layer->forward(x.data(), y.data(), 16);
-  cpu::gemm(false, true, 16, 384, 128, 1.0f, x.data(), 128, ps2.value(0).data(), 128, 0.0f, y_ref.data(), 384);
+  cpu::gemm(false, true, 16, 384, 128, 1.0f, x.data(), 128, ps2.value(0).data(), 128, 0.0f, y_ref.data(),
+            384);
   double num = 0, den = 0;
-  for (size_t i = 0; i < y.size(); ++i) num += (y[i] - y_ref[i]) * (y[i] - y_ref[i]), den += y_ref[i] * y_ref[i];
+  for (size_t i = 0; i < y.size(); ++i)
+    num += (y[i] - y_ref[i]) * (y[i] - y_ref[i]), den += y_ref[i] * y_ref[i];
   EXPECT_GT(std::sqrt(num / den), 1e-3);  // quantized
   EXPECT_LT(std::sqrt(num / den), 0.2);   // but close
 }

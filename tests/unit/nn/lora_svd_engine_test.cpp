@@ -21,7 +21,9 @@ namespace {
 
 using testing::all_parameters;
 using testing::next_token_batch;
-uint32_t fresh_seed() { return testing::logged_seed(); }
+uint32_t fresh_seed() {
+  return testing::logged_seed();
+}
 
 Recipe lora_recipe(int realign_every, int rank = 16) {
   return load_recipe("tetrajet-v2-lorasvd", {"lora_svd.realign_every=" + std::to_string(realign_every),

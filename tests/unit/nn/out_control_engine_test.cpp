@@ -93,7 +93,8 @@ TEST(OutControlEngine, ResumeIsBitExactBeforeDuringAndAfterCalibration) {
                                      OutControl& b = out_control_of(resumed);
                                      for (size_t l = 0; l < a.layers().size(); ++l) {
                                        EXPECT_EQ(a.layers()[l]->c8(), b.layers()[l]->c8()) << "cut " << cut;
-                                       EXPECT_EQ(a.layers()[l]->share(), b.layers()[l]->share()) << "cut " << cut;
+                                       EXPECT_EQ(a.layers()[l]->share(), b.layers()[l]->share())
+                                           << "cut " << cut;
                                      }
                                    });
 }

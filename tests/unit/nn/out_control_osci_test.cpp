@@ -7,11 +7,11 @@
 #include <map>
 #include <random>
 
+#include "../optim/memory_weights.h"
 #include "core/error.h"
 #include "nn/out_control.h"
 #include "numerics/quantize.h"
 #include "optim/osci_reset.h"
-#include "../optim/memory_weights.h"
 
 namespace fp4 {
 namespace {

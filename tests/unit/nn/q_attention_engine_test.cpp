@@ -21,8 +21,7 @@ Batch next_token_batch(const ModelConfig& cfg, int b, int t, uint32_t seed) {
   Batch batch{b, t, {}, {}};
   for (int i = 0; i < b * t; ++i) batch.tokens.push_back(tok(rng));
   for (int r = 0; r < b; ++r)
-    for (int i = 0; i < t; ++i)
-      batch.targets.push_back(i + 1 < t ? batch.tokens[size_t(r * t + i + 1)] : -1);
+    for (int i = 0; i < t; ++i) batch.targets.push_back(i + 1 < t ? batch.tokens[size_t(r * t + i + 1)] : -1);
   return batch;
 }
 

@@ -1,6 +1,8 @@
 // QAttentionCpu (Q-Attn): the forward against a straightforward FP64 statement of the spec, the backward
 // against the exact gradient of the quantized forward (dV exactly, dQ/dK unbiased over SR seeds), causal
 // masking with odd sequence lengths, and the shape errors.
+#include "nn/q_attention.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "nn/q_attention.h"
 #include "numerics/quantize.h"
 
 namespace fp4 {
@@ -121,22 +122,24 @@ struct Inputs {
 Inputs random_inputs(const AttnShape& s, std::mt19937& rng) {
   const size_t nd = static_cast<size_t>(s.rows()) * s.width();
   // Scores of order 1-3 (as after QK-norm): q, k entries of about unit size.
-  return {s, gaussian(nd, rng, 1.0f), gaussian(nd, rng, 1.0f), gaussian(nd, rng, 1.0f), gaussian(nd, rng, 0.1f)};
+  return {s, gaussian(nd, rng, 1.0f), gaussian(nd, rng, 1.0f), gaussian(nd, rng, 1.0f),
+          gaussian(nd, rng, 0.1f)};
 }
 
 TEST(QAttention, ForwardEqualsTheSpecOnQuantizedViews) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  for (const AttnShape s : {AttnShape{2, 21, 3, 32}, AttnShape{1, 1, 2, 16}, AttnShape{1, 16, 1, 64},
-                            AttnShape{3, 37, 2, 16}}) {
+  for (const AttnShape s :
+       {AttnShape{2, 21, 3, 32}, AttnShape{1, 1, 2, 16}, AttnShape{1, 16, 1, 64}, AttnShape{3, 37, 2, 16}}) {
     SCOPED_TRACE("b " + std::to_string(s.b) + " t " + std::to_string(s.t) + " heads " +
                  std::to_string(s.heads) + " head_dim " + std::to_string(s.head_dim));
     const Inputs in = random_inputs(s, rng);
     const int d = s.width();
     QAttentionCpu att(3);
     std::vector<float> out(in.q.size()), probs(static_cast<size_t>(s.b) * s.heads * s.t * s.t, -1.0f);
-    att.forward(out.data(), d, probs.data(), in.q.data(), in.k.data(), in.v.data(), d, s, QuantContext{seed, 0});
+    att.forward(out.data(), d, probs.data(), in.q.data(), in.k.data(), in.v.data(), d, s,
+                QuantContext{seed, 0});
     const auto qh = quantized_view(in.q, s.rows(), d);
     const auto kh = quantized_view(in.k, s.rows(), d);
     ASSERT_EQ(att.q_hat(), qh);
@@ -169,8 +172,10 @@ TEST(QAttention, FutureValuesDoNotReachEarlierOutputs) {
     for (int i = 0; i < s.t; ++i)
       for (int c = 0; c < d; ++c) {
         const size_t e = (static_cast<size_t>(bi) * s.t + i) * d + c;
-        if (i < cut) ASSERT_EQ(a[e], b[e]) << "row " << i;
-        else ASSERT_NE(a[e], b[e]) << "row " << i;
+        if (i < cut)
+          ASSERT_EQ(a[e], b[e]) << "row " << i;
+        else
+          ASSERT_NE(a[e], b[e]) << "row " << i;
       }
 }
 
@@ -211,7 +216,8 @@ TEST(QAttention, BackwardIsTheExactGradientOfTheQuantizedForwardInExpectation) {
     }
     err_q.push_back(rel_err(sum_dq, done, ref.dq));
     err_k.push_back(rel_err(sum_dk, done, ref.dk));
-    std::cout << "q_attn calls " << done << ": rel err dQ " << err_q.back() << ", dK " << err_k.back() << "\n";
+    std::cout << "q_attn calls " << done << ": rel err dQ " << err_q.back() << ", dK " << err_k.back()
+              << "\n";
   }
   // 64x more samples: an unbiased mean's error shrinks 8x; allow for noise in the estimate.
   EXPECT_LT(err_q.back(), err_q.front() / 5.0);
@@ -234,7 +240,8 @@ TEST(QAttention, SameCallSameBitsOtherCallOtherBits) {
   auto run = [&](uint64_t call) {
     QAttentionCpu att(1);
     std::vector<float> dq(nd), dk(nd), dv(nd);
-    att.forward(out.data(), d, probs.data(), in.q.data(), in.k.data(), in.v.data(), d, s, QuantContext{seed, call});
+    att.forward(out.data(), d, probs.data(), in.q.data(), in.k.data(), in.v.data(), d, s,
+                QuantContext{seed, call});
     att.backward(dq.data(), dk.data(), dv.data(), d, in.dout.data(), d, probs.data(), in.v.data(), d, s);
     dq.insert(dq.end(), dk.begin(), dk.end());
     return dq;
@@ -251,7 +258,8 @@ TEST(QAttention, ShapeErrorsAreNamed) {
     att.forward(out.data(), 16, probs.data(), x.data(), x.data(), x.data(), 16, s, QuantContext{});
     FAIL() << "no error for head_dim 8";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("head_dim 8 must be a multiple of 16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("head_dim 8 must be a multiple of 16"), std::string::npos)
+        << e.what();
   }
   QAttentionCpu fresh(0);
   std::vector<float> g(x.size());

@@ -1,5 +1,7 @@
 // QuantLinearCpu: the unbiasedness that motivates TetraJet-v2's `aligned` backward operands, the NVIDIA
 // recipe's 16x16 weight re-use, and the layer's bookkeeping.
+#include "nn/quant_linear.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "nn/quant_linear.h"
 #include "ops/ops.h"
 #include "recipe/recipe_io.h"
 
@@ -77,8 +78,8 @@ TEST(QuantLinear, TetraJetBackwardIsUnbiasedAtTheSqrtRate) {
   const std::vector<int> cps = {16, 64, 256, 1024};
   const Convergence c = average_backward(r.linear, cps, seed);
   for (size_t i = 0; i < cps.size(); ++i)
-    std::cout << "tetrajet-v2-base calls " << cps[i] << ": rel err dX " << c.dx_err[i] << ", dW " << c.dw_err[i]
-              << "\n";
+    std::cout << "tetrajet-v2-base calls " << cps[i] << ": rel err dX " << c.dx_err[i] << ", dW "
+              << c.dw_err[i] << "\n";
   // 64x more samples: an unbiased mean's error shrinks 8x; allow for noise in the estimate.
   EXPECT_LT(c.dx_err.back(), c.dx_err.front() / 5.0);
   EXPECT_LT(c.dw_err.back(), c.dw_err.front() / 5.0);
@@ -121,8 +122,8 @@ TEST(QuantLinear, NvidiaRecipeReusesThe16x16WeightExactly) {
   const auto dy = gaussian(n * out, rng, 0.01f);
   layer2.backward(dy.data(), dx.data(), dw.data(), n, false);
   std::vector<float> expect(n * in);
-  cpu::gemm(false, false, n, in, out, 1.0f, dy.data(), out, layer2.last_w_hat().data(), in, 0.0f, expect.data(),
-            in);
+  cpu::gemm(false, false, n, in, out, 1.0f, dy.data(), out, layer2.last_w_hat().data(), in, 0.0f,
+            expect.data(), in);
   for (size_t i = 0; i < expect.size(); ++i) ASSERT_FLOAT_EQ(dx[i], expect[i]) << "element " << i;
   // The forward keeps packed operands only: well under the 4 bytes/element of FP32 copies.
   EXPECT_LT(layer.saved_bytes(), (int64_t)(n * in + out * in) * 4 / 5);
@@ -162,13 +163,14 @@ TEST(QuantLinear, SrHeadroomRemovesTheSaturationFloor) {
   const std::vector<int> cps = {32, 2048};
   const Recipe base = load_recipe("tetrajet-v2-base");
   std::vector<std::string> headroom;
-  for (const char* q : {"q3", "q4", "q5", "q6"}) headroom.push_back(std::string("linear.") + q + ".sr_headroom=true");
+  for (const char* q : {"q3", "q4", "q5", "q6"})
+    headroom.push_back(std::string("linear.") + q + ".sr_headroom=true");
   const Recipe hr = load_recipe("tetrajet-v2-base", headroom);
   const Convergence cb = average_backward(base.linear, cps, seed);
   const Convergence ch = average_backward(hr.linear, cps, seed);
-  std::cout << "calls 32 -> 2048 (ideal ratio 8): base dX " << cb.dx_err[0] << " -> " << cb.dx_err[1] << ", dW "
-            << cb.dw_err[0] << " -> " << cb.dw_err[1] << "; headroom dX " << ch.dx_err[0] << " -> " << ch.dx_err[1]
-            << ", dW " << ch.dw_err[0] << " -> " << ch.dw_err[1] << "\n";
+  std::cout << "calls 32 -> 2048 (ideal ratio 8): base dX " << cb.dx_err[0] << " -> " << cb.dx_err[1]
+            << ", dW " << cb.dw_err[0] << " -> " << cb.dw_err[1] << "; headroom dX " << ch.dx_err[0] << " -> "
+            << ch.dx_err[1] << ", dW " << ch.dw_err[0] << " -> " << ch.dw_err[1] << "\n";
   // With headroom the error shrinks as 1/sqrt(calls): 64x the calls, 8x less error.
   EXPECT_GT(ch.dx_err[0] / ch.dx_err[1], 6.0);
   EXPECT_GT(ch.dw_err[0] / ch.dw_err[1], 6.0);

@@ -17,7 +17,8 @@ void expect_division(float a, float p) {
   const float got = block128_quotient(a, block128_divisor(p));
   const float want = a / p;
   ASSERT_EQ(e2m1_rtn_index(std::fabs(got)), e2m1_rtn_index(std::fabs(want))) << a << " / " << p;
-  ASSERT_EQ(e2m1_sr_index(std::fabs(got), 0x12345678u), e2m1_sr_index(std::fabs(want), 0x12345678u)) << a << " / " << p;
+  ASSERT_EQ(e2m1_sr_index(std::fabs(got), 0x12345678u), e2m1_sr_index(std::fabs(want), 0x12345678u))
+      << a << " / " << p;
   // Bits may differ only for quotients below 2^-100 (the residual underflows) or above 2^100 (a 2^-e may
   // overflow; the quantizer's quotients are below 8).
   if (!(std::fabs(want) >= 7.888609052210118e-31f && std::fabs(want) < 1.2676506002282294e+30f)) return;
@@ -50,23 +51,33 @@ TEST(Block128Quotient, EqualsIeeeDivisionInTheQuantizersRange) {
 TEST(Block128Quotient, HardCases) {
   // Divisors with all-ones or single-bit significands, dividends at significand extremes, midpoints,
   // the edges of the reciprocal path's range and the division fallback outside it.
-  const float divisors[] = {1.0f, 3.0f, 0.99999994f, 1.99999988f, 1.00000012f, 6.0f, 448.0f, 1.0f / 3.0f,
-                            1.1754943508222875e-38f, 8.5070591730234616e+37f, 1e-39f, 1e38f, 3e-45f};
-  const float dividends[] = {0.0f, 1.0f, 16777215.0f, 8388607.5f, 1.99999988f, 0.25f, 0.75f, 5.0f, 6.0f,
-                             3.40282347e+38f, 1e-30f, 1.4e-45f};
+  const float divisors[] = {1.0f,
+                            3.0f,
+                            0.99999994f,
+                            1.99999988f,
+                            1.00000012f,
+                            6.0f,
+                            448.0f,
+                            1.0f / 3.0f,
+                            1.1754943508222875e-38f,
+                            8.5070591730234616e+37f,
+                            1e-39f,
+                            1e38f,
+                            3e-45f};
+  const float dividends[] = {0.0f,  1.0f, 16777215.0f, 8388607.5f,      1.99999988f, 0.25f,
+                             0.75f, 5.0f, 6.0f,        3.40282347e+38f, 1e-30f,      1.4e-45f};
   for (float p : divisors)
     for (float a : dividends) {
       expect_division(a, p);
       expect_division(-a, p);
     }
   EXPECT_EQ(block128_divisor(0.0f).r, 0.0f);
-  EXPECT_EQ(block128_divisor(1e-39f).r, 0.0f);  // subnormal divisor: the fallback divides
-  EXPECT_EQ(block128_divisor(1e38f).r, 0.0f);   // beyond 2^126
+  EXPECT_EQ(block128_divisor(1e-39f).r, 0.0f);         // subnormal divisor: the fallback divides
+  EXPECT_EQ(block128_divisor(1e38f).r, 0.0f);          // beyond 2^126
   const Block128Divisor d = block128_divisor(0.375f);  // 1.5 * 2^-2
   EXPECT_EQ(d.m, 1.5f);
   EXPECT_EQ(d.scale, 4.0f);
 }
-
 
 // block128_quotient_direct (the divisor as it is) against the reference form: the same E2M1 codes (RTN and
 // SR with random words) everywhere in its range, the same bits wherever the quotient can reach a nonzero
@@ -114,8 +125,18 @@ TEST(Block128QuotientDirect, EqualsTheReferenceFormOnSmallAndSubnormalDividends)
   }
   // Quotients at the E2M1 midpoints and the SR threshold 2^-24 (q * 2^-126 = half the least subnormal).
   const float ps[] = {5.421010862427522e-20f, 1.0f, 0.375f, 3.0f, 1.8446744073709552e+19f, 6.0f / 448.0f};
-  const float qs[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, 6.375f, 5.9604644775390625e-8f,
-                      2.9802322387695312e-8f, 1.4e-45f};
+  const float qs[] = {0.25f,
+                      0.75f,
+                      1.25f,
+                      1.75f,
+                      2.5f,
+                      3.5f,
+                      5.0f,
+                      6.0f,
+                      6.375f,
+                      5.9604644775390625e-8f,
+                      2.9802322387695312e-8f,
+                      1.4e-45f};
   for (float p : ps)
     for (float qv : qs)
       for (int ulps = -3; ulps <= 3; ++ulps) {
@@ -129,7 +150,8 @@ TEST(Block128QuotientDirect, EqualsTheReferenceFormOnSmallAndSubnormalDividends)
 TEST(E2m1RtnBitsBelow7, EqualsTheReferenceIndexOnEveryFloatFrom2ToTheMinus30To7) {
   int64_t wrong = 0;
   for (uint32_t b = 97u << 23; bits_float(b) < 7.0f; ++b)
-    if (e2m1_rtn_bits_below7(bits_float(b)) != static_cast<uint32_t>(e2m1_rtn_index(bits_float(b))) << 22) ++wrong;
+    if (e2m1_rtn_bits_below7(bits_float(b)) != static_cast<uint32_t>(e2m1_rtn_index(bits_float(b))) << 22)
+      ++wrong;
   EXPECT_EQ(wrong, 0);
   for (float a : {0.0f, 1.4e-45f, 1e-38f, 9.3e-10f})  // below 2^-30: index 0
     EXPECT_EQ(e2m1_rtn_bits_below7(a), 0u) << a;

@@ -1,13 +1,14 @@
 // const_div_rn must be the IEEE quotient RN(x / y) for every divisor the quantizers use: exhaustively over
 // the significands of one binade (every other binade down to 2^-90 is an exact power-of-two scaling of it),
 // then on random dividends of every exponent; const_div_or_ieee for all x, the tiny ones included.
+#include "numerics/const_div.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <random>
 
-#include "numerics/const_div.h"
 #include "numerics/formats.h"
 #include "numerics/nvfp4_block.h"
 #include "numerics_test_util.h"
@@ -67,7 +68,6 @@ TEST(ConstDiv, TheTinyRangeReallyNeedsTheIeeeDivision) {
   EXPECT_NE(const_div_rn(x, d), 0.0f);
   EXPECT_EQ(const_div_or_ieee(x, d), 0.0f);
 }
-
 
 // The block128 scale steps by constant division against nvfp4_block128_outer / nvfp4_scale_block128's
 // quotient, for every recipe setting (Four Over Six's bound 256, sr_headroom's target 96/17): amaxes of every

@@ -19,7 +19,9 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 
 // A float with uniformly random bits: every class (NaN, inf, subnormal, huge) appears.
-float random_bits_float(std::mt19937_64& g) { return bits_float(static_cast<uint32_t>(g())); }
+float random_bits_float(std::mt19937_64& g) {
+  return bits_float(static_cast<uint32_t>(g()));
+}
 
 TEST(E2m1, EveryCodeDecodesToItsGridValueAndRoundTrips) {
   for (int code = 0; code < 16; ++code) {
@@ -109,7 +111,8 @@ TEST(E4m3, EncodeIsRneSatfiniteAgainstReference) {
   xs.push_back(-kNan);
   xs.push_back(0.0f);
   xs.push_back(-0.0f);
-  for (float x : xs) ASSERT_EQ(e4m3_encode(x), test::ref_e4m3_encode(x)) << "x = " << x << " bits " << float_bits(x);
+  for (float x : xs)
+    ASSERT_EQ(e4m3_encode(x), test::ref_e4m3_encode(x)) << "x = " << x << " bits " << float_bits(x);
 }
 
 TEST(E4m3, EdgeValues) {
@@ -118,12 +121,12 @@ TEST(E4m3, EdgeValues) {
   EXPECT_EQ(e4m3_encode(kNan), 0x7F);
   EXPECT_EQ(e4m3_encode(-kNan), 0xFF);
   EXPECT_EQ(e4m3_encode(1e30f), 0x7E);
-  EXPECT_EQ(e4m3_encode(std::ldexp(1.0f, -10)), 0x00);      // tie between 0 and 2^-9 -> 0 (even)
-  EXPECT_EQ(e4m3_encode(std::ldexp(3.0f, -10)), 0x02);      // tie between 2^-9 and 2*2^-9 -> 2 (even)
-  EXPECT_EQ(e4m3_encode(std::ldexp(15.0f, -10)), 0x08);     // tie between 7*2^-9 and 2^-6 -> 2^-6 (0x08)
-  EXPECT_EQ(e4m3_encode(-std::ldexp(1.0f, -12)), 0x80);     // underflow keeps the sign
-  EXPECT_EQ(e4m3_encode(432.0f), 0x7E);                     // tie 416 / 448 -> 448 (mantissa 6, even)
-  EXPECT_EQ(e4m3_encode(17.0f), 0x58);                      // tie 16 / 18 -> 16 (exponent 4+7, mantissa 0)
+  EXPECT_EQ(e4m3_encode(std::ldexp(1.0f, -10)), 0x00);   // tie between 0 and 2^-9 -> 0 (even)
+  EXPECT_EQ(e4m3_encode(std::ldexp(3.0f, -10)), 0x02);   // tie between 2^-9 and 2*2^-9 -> 2 (even)
+  EXPECT_EQ(e4m3_encode(std::ldexp(15.0f, -10)), 0x08);  // tie between 7*2^-9 and 2^-6 -> 2^-6 (0x08)
+  EXPECT_EQ(e4m3_encode(-std::ldexp(1.0f, -12)), 0x80);  // underflow keeps the sign
+  EXPECT_EQ(e4m3_encode(432.0f), 0x7E);                  // tie 416 / 448 -> 448 (mantissa 6, even)
+  EXPECT_EQ(e4m3_encode(17.0f), 0x58);                   // tie 16 / 18 -> 16 (exponent 4+7, mantissa 0)
 }
 
 // Reference BF16: the nearer of the two bracketing BF16 values, ties to the even one; past the largest

@@ -29,8 +29,8 @@ std::vector<float> dequant(const Nvfp4Tensor& q) {
 
 // Three blocks, each with amax16 = 6 (so the tensor amax is 6):
 //   S_enc = 256*6/6 = 256, S_dec = 2^-8; base = (6/6) * 256 = 256
-//   s4 = E4M3(256 * 1.5 = 384) = 1.5 * 2^8 -> exponent 15, mantissa 4 -> 0x7C: grid 1.5 * {0, .5, 1, 1.5, 2, 3, 4}
-//   s6 = E4M3(256) -> 0x78: grid {0, .5, 1, 1.5, 2, 3, 4, 6}
+//   s4 = E4M3(256 * 1.5 = 384) = 1.5 * 2^8 -> exponent 15, mantissa 4 -> 0x7C: grid 1.5 * {0, .5, 1, 1.5, 2,
+//   3, 4} s6 = E4M3(256) -> 0x78: grid {0, .5, 1, 1.5, 2, 3, 4, 6}
 // A: 4.5, 2.25 and 0.75 lie on the 4-grid only: err4 = 0, err6 = 3*.25 + 2*.0625 + 2*.0625 = 1 -> s4
 // B: 1, 0.5, 2, 4 lie on the 6-grid only: err6 = 0, err4 > 0 -> s6
 // C: every value lies on both grids: err4 = err6 = 0 -> tie -> s6
@@ -89,8 +89,12 @@ struct Candidates {
   double err4, err6;
 };
 
-float e4m3_value(int code) { return static_cast<float>(test::ref_e4m3_value(code)); }
-float rtn(float v) { return test::kE2m1Grid[test::ref_e2m1_index(std::fabs(v))] * (std::signbit(v) ? -1.0f : 1.0f); }
+float e4m3_value(int code) {
+  return static_cast<float>(test::ref_e4m3_value(code));
+}
+float rtn(float v) {
+  return test::kE2m1Grid[test::ref_e2m1_index(std::fabs(v))] * (std::signbit(v) ? -1.0f : 1.0f);
+}
 
 Candidates tensor_candidates(const float* v, float amax) {
   const float s_enc = (256.0f * 6.0f) / amax, s_dec = 1.0f / s_enc;
@@ -152,16 +156,18 @@ TEST(FourOverSix, PicksTheLowerErrorCandidateOnRandomBlocks) {
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t b = 0; b < cols / 16; ++b) {
           const float* v = &x[r * cols + b * 16];
-          const Candidates c = outer == OuterScale::kTensor ? tensor_candidates(v, q.amax)
-                                                            : block128_candidates(v, q.outer_scale(r, b * 16));
+          const Candidates c = outer == OuterScale::kTensor
+                                   ? tensor_candidates(v, q.amax)
+                                   : block128_candidates(v, q.outer_scale(r, b * 16));
           const uint8_t want = c.err4 < c.err6 ? c.s4 : c.s6;
-          ASSERT_EQ(q.scale(r, b * 16), want) << "row " << r << " block " << b << " err4 " << c.err4 << " err6 "
-                                              << c.err6;
+          ASSERT_EQ(q.scale(r, b * 16), want)
+              << "row " << r << " block " << b << " err4 " << c.err4 << " err6 " << c.err6;
           chose4[outer == OuterScale::kBlock128] += want == c.s4 && c.s4 != c.s6;
           if (outer == OuterScale::kBlock128) {
             // Here the specified error is the true dequantization error of the block.
             double err = 0.0;
-            for (int i = 0; i < 16; ++i) err += double(d[r * cols + b * 16 + i] - v[i]) * (d[r * cols + b * 16 + i] - v[i]);
+            for (int i = 0; i < 16; ++i)
+              err += double(d[r * cols + b * 16 + i] - v[i]) * (d[r * cols + b * 16 + i] - v[i]);
             ASSERT_LE(err, std::min(c.err4, c.err6) * (1 + 1e-5) + 1e-30);
           }
         }

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <iterator>
 #include <cmath>
+#include <iterator>
 #include <set>
 #include <vector>
 
@@ -77,7 +77,8 @@ TEST(Rht, BitsFollowTheSpecifiedButterflyOrder) {
           }
       for (float& v : want) v *= static_cast<float>(1.0 / std::sqrt(double(n)));
       rht_segment_n(x.data(), s);
-      for (int i = 0; i < n; ++i) ASSERT_EQ(float_bits(x[i]), float_bits(want[i])) << "n " << n << " output " << i;
+      for (int i = 0; i < n; ++i)
+        ASSERT_EQ(float_bits(x[i]), float_bits(want[i])) << "n " << n << " output " << i;
     }
   }
 }
@@ -107,7 +108,8 @@ TEST(Rht, OrthogonalAndNormPreserving) {
 }
 
 TEST(Rht, NormsAreCorrectlyRounded) {
-  for (int n : kSizes) EXPECT_EQ(rht_norm(n), static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)))) << n;
+  for (int n : kSizes)
+    EXPECT_EQ(rht_norm(n), static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)))) << n;
 }
 
 TEST(Rht, SignsFromSeedUseTheReservedBlockIndex) {
@@ -179,7 +181,8 @@ TEST(Rht, SignWordsOnRawWordsAreTheSegmentsNegations) {
             << (bf16 ? "bf16" : "f32") << " element " << i;
       }
       for (int i = 0; i < 16; ++i) {
-        ASSERT_EQ(sw.w[i] & (bf16 ? 0x7FFF7FFFu : 0x7FFFFFFFu), 0u) << "word " << i << " holds only sign bits";
+        ASSERT_EQ(sw.w[i] & (bf16 ? 0x7FFF7FFFu : 0x7FFFFFFFu), 0u)
+            << "word " << i << " holds only sign bits";
       }
       rht_segment<16>(x, s);
       rht_segment<16>(flipped, none);

@@ -57,7 +57,7 @@ TEST(Mxfp8, ScaleIsTheSmallestSufficientPowerOfTwoAndElementsAreE4m3) {
 TEST(Mxfp8, TinyBlocksNearTheBottomOfUe8m0) {
   // amax32 / 448 below 2^-126 (FP32 subnormal): the scale still covers the block.
   std::vector<float> x(64, 0.0f);
-  x[0] = std::ldexp(384.0f, -126);  // amax/448 = (6/7) 2^-126 > 2^-127: needs 2^-126, element 384
+  x[0] = std::ldexp(384.0f, -126);   // amax/448 = (6/7) 2^-126 > 2^-127: needs 2^-126, element 384
   x[32] = std::ldexp(448.0f, -128);  // amax/448 = 2^-128: 2^-127 (code 0) is enough, element 224
   const Mxfp8Tensor q = quantize_mxfp8(x.data(), 1, 64);
   EXPECT_EQ(q.scales[0], 1);
@@ -69,7 +69,7 @@ TEST(Mxfp8, TinyBlocksNearTheBottomOfUe8m0) {
 TEST(Mxfp8, ZeroBlockAndNanBlock) {
   FP4_SEEDED_RNG(g);
   std::vector<float> x = test::gaussian(g, 4 * 64);
-  for (int i = 0; i < 32; ++i) x[i] = 0.0f;        // block 0: zeros
+  for (int i = 0; i < 32; ++i) x[i] = 0.0f;             // block 0: zeros
   x[64 + 7] = std::numeric_limits<float>::quiet_NaN();  // block 2: NaN
   x[96 + 3] = std::numeric_limits<float>::infinity();   // block 3: Inf
   x[96 + 9] = -std::numeric_limits<float>::infinity();

@@ -98,7 +98,8 @@ TEST(Nonfinite, PoisonsOnlyItsBlockInEveryMode) {
 TEST(Nonfinite, AllNanTensor) {
   const std::vector<float> x(16 * 128, std::numeric_limits<float>::quiet_NaN());
   for (OuterScale outer : {OuterScale::kTensor, OuterScale::kBlock128}) {
-    const Nvfp4Tensor q = quantize_nvfp4(x.data(), 16, 128, make(BlockShape::k1x16, outer, Rounding::kRtn), {});
+    const Nvfp4Tensor q =
+        quantize_nvfp4(x.data(), 16, 128, make(BlockShape::k1x16, outer, Rounding::kRtn), {});
     EXPECT_EQ(q.nonfinite, x.size());
     for (uint8_t s : q.scales) ASSERT_EQ(s, 0x7F);
     std::vector<float> d(x.size());

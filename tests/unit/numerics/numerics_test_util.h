@@ -95,7 +95,7 @@ inline std::vector<float> transpose(const std::vector<float>& x, int64_t rows, i
 }  // namespace fp4::test
 
 // Declares std::mt19937_64 `name` from a fresh seed and prints the seed with any failure in scope.
-#define FP4_SEEDED_RNG(name)                                  \
-  const uint64_t name##_seed = ::fp4::test::test_seed();      \
-  SCOPED_TRACE(::fp4::test::seed_note(name##_seed));          \
+#define FP4_SEEDED_RNG(name)                             \
+  const uint64_t name##_seed = ::fp4::test::test_seed(); \
+  SCOPED_TRACE(::fp4::test::seed_note(name##_seed));     \
   std::mt19937_64 name(name##_seed)

@@ -43,10 +43,10 @@ TEST(Philox, StreamSeedAndIndexMapOntoCounterAndKey) {
   for (int t = 0; t < 1000; ++t) {
     const RngStream s{g(), g()};
     const uint64_t block = g() >> (t % 64);
-    const Philox4 want = philox4x32_10(
-        Philox4{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), static_cast<uint32_t>(s.stream),
-                 static_cast<uint32_t>(s.stream >> 32)}},
-        static_cast<uint32_t>(s.seed), static_cast<uint32_t>(s.seed >> 32));
+    const Philox4 want =
+        philox4x32_10(Philox4{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                               static_cast<uint32_t>(s.stream), static_cast<uint32_t>(s.stream >> 32)}},
+                      static_cast<uint32_t>(s.seed), static_cast<uint32_t>(s.seed >> 32));
     const Philox4 got = philox_block(s, block);
     for (int i = 0; i < 4; ++i) ASSERT_EQ(got.v[i], want.v[i]);
     const uint64_t index = g() >> 2;  // element index: word index & 3 of block index >> 2
@@ -157,8 +157,8 @@ TEST(Philox, StreamScheduleGivesTheSameWords) {
     for (uint32_t b : blocks) {
       const Philox4 want = philox_block(s, b), got = philox_block32(p, b);
       for (int w = 0; w < 4; ++w)
-        ASSERT_EQ(got.v[w], want.v[w]) << "word " << w << " of block " << b << ", seed " << s.seed << " stream "
-                                       << s.stream;
+        ASSERT_EQ(got.v[w], want.v[w])
+            << "word " << w << " of block " << b << ", seed " << s.seed << " stream " << s.stream;
       ++checked;
     }
   }

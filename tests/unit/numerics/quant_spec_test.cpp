@@ -23,7 +23,9 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 template <typename E>
 void check_field(E (*parse)(const std::string&, const std::string&), const std::vector<std::string>& valid,
@@ -36,7 +38,8 @@ void check_field(E (*parse)(const std::string&, const std::string&), const std::
     const std::string msg = error_of([&] { parse(bad, field); });
     EXPECT_TRUE(contains(msg, field)) << msg;
     EXPECT_TRUE(contains(msg, "'" + bad + "'")) << msg;
-    for (const std::string& v : valid) EXPECT_TRUE(contains(msg, v)) << "message should list '" << v << "': " << msg;
+    for (const std::string& v : valid)
+      EXPECT_TRUE(contains(msg, v)) << "message should list '" << v << "': " << msg;
   }
 }
 

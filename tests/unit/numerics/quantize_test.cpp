@@ -1,5 +1,7 @@
 // NVFP4 tensor quantizer (numerics/quantize_cpu.cpp): hand-worked examples, an independent re-implementation
 // of RECIPES.md section 2 on random data, 16x16 tiles, packing, BF16 forms, dual operands, shape errors.
+#include "numerics/quantize.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 
 #include "core/error.h"
 #include "numerics/formats.h"
-#include "numerics/quantize.h"
 #include "numerics_test_util.h"
 
 namespace fp4 {
@@ -44,8 +45,8 @@ TEST(Nvfp4Tensor, HandExampleSixteenElementsWithGivenAmax) {
   //   s_b = E4M3(3 * 74.666672 = 224.00002) = 224 = 1.75 * 2^7 -> exponent 7+7 = 14, mantissa 6 -> 0x76
   //   e_b = 1 / (224 * fl(1/448)) = 1 / 0.5 = 2   (224 * fl(1/448) = 0.5 * (1 + 0.75 * 2^-24) rounds to 0.5)
   //   code = E2M1_RNE(2x): every tie of RECIPES.md section 1 appears.
-  const float x[16] = {0.125f, 0.375f, 0.625f, 0.875f, 1.25f, 1.75f, 2.5f, 3.0f,
-                       -3.0f,  -0.125f, 1.0f,  0.25f,  0.5f,  0.75f, 2.0f, 1.5f};
+  const float x[16] = {0.125f, 0.375f,  0.625f, 0.875f, 1.25f, 1.75f, 2.5f, 3.0f,
+                       -3.0f,  -0.125f, 1.0f,   0.25f,  0.5f,  0.75f, 2.0f, 1.5f};
   // 2x:                 0.25->0 0.75->1 1.25->1 1.75->2 2.5->2 3.5->4 5->4  6
   //                     -6      -0.25->-0 2     0.5     1      1.5    4     3
   const std::vector<uint8_t> want = {0x0, 0x2, 0x2, 0x4, 0x4, 0x6, 0x6, 0x7,
@@ -70,10 +71,9 @@ TEST(Nvfp4Tensor, HandExampleTwoBlocks) {
   // Block 1, amax16 = 0.7: s_b = E4M3(0.7 * 74.666672 = 52.27) = 52 (step 4 in [32, 64)) = 1.625 * 2^5
   //   -> exponent 12, mantissa 5 -> 0x65; e_b = 1/(52/448) = 8.6153846: the block max maps to 6.03
   //   and is clamped to 6 (the scale rounded down).
-  const float x[32] = {0.0f,  0.25f,  -0.5f, 0.75f, 1.0f,  -1.25f, 1.5f,  1.75f,
-                       2.0f,  -2.5f,  3.0f,  3.5f,  -4.0f, 5.0f,   6.0f,  -6.0f,
-                       0.7f,  0.1f,   -0.3f, 0.05f, 0.0f,  -0.7f,  0.2f,  0.4f,
-                       0.35f, -0.6f,  0.15f, 0.45f, 0.01f, -0.06f, 0.26f, 0.5f};
+  const float x[32] = {0.0f, 0.25f, -0.5f, 0.75f, 1.0f,  -1.25f, 1.5f,  1.75f,  2.0f,  -2.5f, 3.0f,
+                       3.5f, -4.0f, 5.0f,  6.0f,  -6.0f, 0.7f,   0.1f,  -0.3f,  0.05f, 0.0f,  -0.7f,
+                       0.2f, 0.4f,  0.35f, -0.6f, 0.15f, 0.45f,  0.01f, -0.06f, 0.26f, 0.5f};
   const std::vector<uint8_t> want = {
       0x0, 0x0, 0x9, 0x2, 0x2, 0xA, 0x3, 0x4, 0x4, 0xC, 0x5, 0x6, 0xE, 0x6, 0x7, 0xF,
       // x * 8.615: 6.03->6, 0.86->1, -2.58->-3, 0.43->0.5, 0, -6.03->-6, 1.72->1.5, 3.45->3,
@@ -94,40 +94,45 @@ TEST(Nvfp4Block128, HandExample128Elements) {
   // amax128 = 42: s_out = 42 / 448 / 6 = 0.09375 / 6 = 2^-6 (both divisions exact).
   // Per block t = amax16 / 2^-6 / 6, s_in = E4M3(t), p = s_in * 2^-6, code = E2M1(|x| / p).
   const std::vector<float> x = {
-      // b0 amax16 42: t = 2688/6 = 448 -> 0x7E, p = 7; x/7 = 6 -3 2.5 3.5 5 .25 .75 1.25 1.75 0 .5 1.5 2 4 -6 1
+      // b0 amax16 42: t = 2688/6 = 448 -> 0x7E, p = 7; x/7 = 6 -3 2.5 3.5 5 .25 .75 1.25 1.75 0 .5 1.5 2 4 -6
+      // 1
       42, -21, 17.5f, 24.5f, 35, 1.75f, 5.25f, 8.75f, 12.25f, 0, 3.5f, 10.5f, 14, 28, -42, 7,
-      // b1 amax16 3: t = 192/6 = 32 = 2^5 -> exponent 12, mantissa 0 -> 0x60, p = 0.5; 2x as in the tensor example
+      // b1 amax16 3: t = 192/6 = 32 = 2^5 -> exponent 12, mantissa 0 -> 0x60, p = 0.5; 2x as in the tensor
+      // example
       3, -3, 0.125f, 0.375f, 0.625f, 0.875f, 1.25f, 1.75f, 2.5f, 1, 0.25f, -0.5f, 0.75f, 2, 1.5f, -0.125f,
       // b2 all zero: t = 0 -> 2^-9 (0x01), codes 0
       0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
       // b3 amax16 1e-3: t = 0.064/6 = 0.010667 < 2^-6: subnormal, rint(5.46) * 2^-9 -> 0x05, p = 5 * 2^-15
       1e-3f, -1e-3f, 5e-4f, 2e-4f, 1e-4f, 0, 3e-4f, -7e-4f, 6e-4f, 9e-4f, 4e-4f, 8e-4f, 1.5e-4f, 2.5e-4f,
       -5e-5f, 6.5e-4f,
-      // b4 amax16 21: t = 1344/6 = 224 -> 0x76, p = 3.5; x/3.5 = 6 -3 2 1 .5 2.5 4 -5 3.5 .25 1.5 0 .75 1.25 1.75 5.5
+      // b4 amax16 21: t = 1344/6 = 224 -> 0x76, p = 3.5; x/3.5 = 6 -3 2 1 .5 2.5 4 -5 3.5 .25 1.5 0
+      // .75 1.25 1.75 5.5
       21, -10.5f, 7, 3.5f, 1.75f, 8.75f, 14, -17.5f, 12.25f, 0.875f, 5.25f, 0, 2.625f, 4.375f, 6.125f, 19.25f,
       // b5 amax16 10: t = 640/6 = 106.67 -> 104 (step 8) = 1.625 * 2^6 -> exponent 13, mantissa 5 -> 0x6D,
       //    p = 1.625; the block max maps to 6.15 and saturates
       10, 4, -6, 1, 0.5f, 2, 3, 7, -8, 9, 0.2f, 5, 0, -2.5f, 1.2f, 6.5f,
       // b6 amax16 0.5: t = 32/6 = 5.33 -> 5.5 (step 0.5) = 1.375 * 4 -> exponent 9, mantissa 3 -> 0x4B,
       //    p = 5.5/64 = 0.0859375
-      0.5f, 0.25f, -0.1f, 0.3f, 0.05f, 0.4f, -0.45f, 0.15f, 0.2f, 0.01f, -0.35f, 0.12f, 0.08f, 0.22f, 0.28f, 0.03f,
+      0.5f, 0.25f, -0.1f, 0.3f, 0.05f, 0.4f, -0.45f, 0.15f, 0.2f, 0.01f, -0.35f, 0.12f, 0.08f, 0.22f, 0.28f,
+      0.03f,
       // b7 = -b1: same scale 0x60, sign bits flipped
-      -3, 3, -0.125f, -0.375f, -0.625f, -0.875f, -1.25f, -1.75f, -2.5f, -1, -0.25f, 0.5f, -0.75f, -2, -1.5f, 0.125f};
+      -3, 3, -0.125f, -0.375f, -0.625f, -0.875f, -1.25f, -1.75f, -2.5f, -1, -0.25f, 0.5f, -0.75f, -2, -1.5f,
+      0.125f};
   const std::vector<uint8_t> want = {
-      0x7, 0xD, 0x4, 0x6, 0x6, 0x0, 0x2, 0x2, 0x4, 0x0, 0x1, 0x3, 0x4, 0x6, 0xF, 0x2,
-      0x7, 0xF, 0x0, 0x2, 0x2, 0x4, 0x4, 0x6, 0x6, 0x4, 0x1, 0xA, 0x3, 0x6, 0x5, 0x8,
-      0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0,
+      0x7, 0xD, 0x4, 0x6, 0x6, 0x0, 0x2, 0x2, 0x4, 0x0, 0x1, 0x3, 0x4, 0x6, 0xF, 0x2, 0x7, 0xF, 0x0, 0x2, 0x2,
+      0x4, 0x4, 0x6, 0x6, 0x4, 0x1, 0xA, 0x3, 0x6, 0x5, 0x8, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0,
+      0x0, 0x0, 0x0, 0x0, 0x0, 0x0,
       // |x|/p: 6.55->6 6.55 3.28->3 1.31->1.5 0.66->0.5 0 1.97->2 4.59->4 3.93->4 5.90->6 2.62->3 5.24->6
       //        0.98->1 1.64->1.5 0.33->0.5 4.26->4
-      0x7, 0xF, 0x5, 0x3, 0x1, 0x0, 0x4, 0xE, 0x6, 0x7, 0x5, 0x7, 0x2, 0x3, 0x9, 0x6,
-      0x7, 0xD, 0x4, 0x2, 0x1, 0x4, 0x6, 0xE, 0x6, 0x0, 0x3, 0x0, 0x2, 0x2, 0x4, 0x7,
+      0x7, 0xF, 0x5, 0x3, 0x1, 0x0, 0x4, 0xE, 0x6, 0x7, 0x5, 0x7, 0x2, 0x3, 0x9, 0x6, 0x7, 0xD, 0x4, 0x2, 0x1,
+      0x4, 0x6, 0xE, 0x6, 0x0, 0x3, 0x0, 0x2, 0x2, 0x4, 0x7,
       // 6.15->6 2.46->2 3.69->4 0.62->0.5 0.31->0.5 1.23->1 1.85->2 4.31->4 4.92->4 5.54->6 0.12->0 3.08->3
       // 0 1.54->1.5 0.74->0.5 4
       0x7, 0x4, 0xE, 0x1, 0x1, 0x2, 0x4, 0x6, 0xE, 0x7, 0x0, 0x5, 0x0, 0xB, 0x1, 0x6,
-      // 5.82->6 2.91->3 1.16->1 3.49->3 0.58->0.5 4.65->4 5.24->6 1.75-->1.5 2.33->2 0.12->0 4.07->4 1.40->1.5
-      // 0.93->1 2.56->3 3.26->3 0.35->0.5
-      0x7, 0x5, 0xA, 0x5, 0x1, 0x6, 0xF, 0x3, 0x4, 0x0, 0xE, 0x3, 0x2, 0x5, 0x5, 0x1,
-      0xF, 0x7, 0x8, 0xA, 0xA, 0xC, 0xC, 0xE, 0xE, 0xC, 0x9, 0x2, 0xB, 0xE, 0xD, 0x0};
+      // 5.82->6 2.91->3 1.16->1 3.49->3 0.58->0.5 4.65->4 5.24->6 1.75-->1.5 2.33->2
+      // 0.12->0 4.07->4 1.40->1.5 0.93->1 2.56->3 3.26->3 0.35->0.5
+      0x7, 0x5, 0xA, 0x5, 0x1, 0x6, 0xF, 0x3, 0x4, 0x0, 0xE, 0x3, 0x2, 0x5, 0x5, 0x1, 0xF, 0x7, 0x8, 0xA, 0xA,
+      0xC, 0xC, 0xE, 0xE, 0xC, 0x9, 0x2, 0xB, 0xE, 0xD, 0x0};
   ASSERT_EQ(x.size(), 128u);
   const Nvfp4Tensor q = quantize_nvfp4(x.data(), 1, 128, nvfp4(BlockShape::k1x16, OuterScale::kBlock128), {});
   EXPECT_EQ(q.outer_scales, std::vector<float>{0.015625f});
@@ -135,13 +140,16 @@ TEST(Nvfp4Block128, HandExample128Elements) {
   EXPECT_EQ(all_codes(q), want);
   EXPECT_EQ(q.packed_bytes(), 64 + 8 + 4);
   const std::vector<float> d = dequant(q);
-  const float p[8] = {7.0f, 0.5f, std::ldexp(1.0f, -15), 5 * std::ldexp(1.0f, -15), 3.5f, 1.625f, 0.0859375f, 0.5f};
+  const float p[8] = {7.0f,       0.5f, std::ldexp(1.0f, -15), 5 * std::ldexp(1.0f, -15), 3.5f, 1.625f,
+                      0.0859375f, 0.5f};
   for (int i = 0; i < 128; ++i) EXPECT_EQ(d[i], e2m1_decode(want[i]) * p[i / 16]) << i;
 }
 
 // ------------------------------------------------------------------ independent re-implementation
 // RECIPES.md section 2 written out again with the test's own reference roundings.
-float e4m3_value(int code) { return static_cast<float>(test::ref_e4m3_value(code)); }
+float e4m3_value(int code) {
+  return static_cast<float>(test::ref_e4m3_value(code));
+}
 
 uint8_t ref_e2m1(float v, bool sr, uint32_t word) {
   const uint8_t sign = std::signbit(v) ? 8 : 0;
@@ -212,8 +220,9 @@ Ref ref_quantize(const std::vector<float>& x, int64_t rows, int64_t cols, const 
           const float p = e4m3_value(s) * s_out;
           for (int64_t c = b * 16; c < b * 16 + 16; ++c) {
             const float xv = x[r * cols + c];
-            out.codes[r * cols + c] = p == 0.0f ? (std::signbit(xv) ? 8 : 0)
-                                                : ref_e2m1(std::copysign(std::fabs(xv) / p, xv), sr, word(r * cols + c));
+            out.codes[r * cols + c] =
+                p == 0.0f ? (std::signbit(xv) ? 8 : 0)
+                          : ref_e2m1(std::copysign(std::fabs(xv) / p, xv), sr, word(r * cols + c));
           }
         }
       }
@@ -306,7 +315,8 @@ TEST(Nvfp4Tensor, BlockScaleMultiplierIsFormedFirst) {
       std::vector<float> x(32, 0.0f);
       x[0] = amax;
       x[16] = a16;
-      const Nvfp4Tensor q = quantize_nvfp4(x.data(), 1, 32, nvfp4(BlockShape::k1x16, OuterScale::kTensor), {});
+      const Nvfp4Tensor q =
+          quantize_nvfp4(x.data(), 1, 32, nvfp4(BlockShape::k1x16, OuterScale::kTensor), {});
       ASSERT_EQ(q.scale(0, 16), want) << "amax " << amax << " amax16 " << a16;
       ++found;
     }
@@ -353,7 +363,8 @@ TEST(Nvfp4Tensor, PackingAndDequantizedForms) {
                                          {{g(), g()}, {}});
     ASSERT_EQ(q.codes.size(), static_cast<size_t>(rows * cols / 2));
     ASSERT_EQ(q.scales.size(), static_cast<size_t>(rows * cols / 16));
-    ASSERT_EQ(q.outer_scales.size(), outer == OuterScale::kTensor ? 1u : static_cast<size_t>(rows * cols / 128));
+    ASSERT_EQ(q.outer_scales.size(),
+              outer == OuterScale::kTensor ? 1u : static_cast<size_t>(rows * cols / 128));
     std::vector<float> d(rows * cols), d_inner(rows * cols);
     std::vector<uint16_t> b(rows * cols), b_inner(rows * cols);
     dequantize(q, d.data());
@@ -403,7 +414,8 @@ TEST(Nvfp4Dual, AlignedAndOriginalSources) {
       EXPECT_EQ(d.rows.codes, r.codes);
       EXPECT_EQ(d.rows.scales, r.scales);
       const std::vector<float> src = source == QuantSource::kAligned ? dequant(r) : x;
-      const Nvfp4Tensor c = quantize_nvfp4(test::transpose(src, rows, cols).data(), cols, rows, spec_cols, rnd_cols);
+      const Nvfp4Tensor c =
+          quantize_nvfp4(test::transpose(src, rows, cols).data(), cols, rows, spec_cols, rnd_cols);
       EXPECT_EQ(d.cols.rows, cols);
       EXPECT_EQ(d.cols.cols, rows);
       EXPECT_EQ(d.cols.codes, c.codes) << to_string(source);

@@ -38,9 +38,9 @@ TEST(ScaleLayout, SpotValues) {
   EXPECT_EQ(cublaslt_scale_offset(32, 0, 8), 4);
   EXPECT_EQ(cublaslt_scale_offset(64, 1, 8), 9);
   EXPECT_EQ(cublaslt_scale_offset(127, 3, 8), 31 * 16 + 3 * 4 + 3);  // last byte of the first tile: 511
-  EXPECT_EQ(cublaslt_scale_offset(0, 4, 8), 512);                     // next tile along the columns
-  EXPECT_EQ(cublaslt_scale_offset(128, 0, 8), 1024);                  // next row of tiles
-  EXPECT_EQ(cublaslt_scale_offset(128, 0, 5), 1024);                  // 5 columns pad to 8: two tiles
+  EXPECT_EQ(cublaslt_scale_offset(0, 4, 8), 512);                    // next tile along the columns
+  EXPECT_EQ(cublaslt_scale_offset(128, 0, 8), 1024);                 // next row of tiles
+  EXPECT_EQ(cublaslt_scale_offset(128, 0, 5), 1024);                 // 5 columns pad to 8: two tiles
   EXPECT_EQ(cublaslt_scale_offset(200, 6, 8), 1024 + 512 + (200 % 32) * 16 + 2 * 4 + 2);
 }
 

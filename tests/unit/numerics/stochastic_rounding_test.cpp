@@ -24,9 +24,9 @@ void neighbours(double a, double& lo, double& hi) {
 
 TEST(StochasticRounding, UnbiasedOnValuesAndBiasedWithRtn) {
   FP4_SEEDED_RNG(g);
-  std::vector<float> values = {0.0f,  0.5f,  1.0f,  1.5f, 2.0f, 3.0f, 4.0f,  6.0f,  0.25f, 0.75f, 1.25f,
-                               1.75f, 2.5f,  3.5f,  5.0f, 1e-3f, 0.01f, 0.1f, 5.9f, 5.99f, 0.3f,  1.1f,
-                               2.7f,  3.3f,  4.4f, 1.999f, 2.001f, 3.999f, 4.001f};
+  std::vector<float> values = {0.0f,  0.5f,  1.0f, 1.5f, 2.0f, 3.0f,   4.0f,   6.0f,   0.25f, 0.75f,
+                               1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 1e-3f,  0.01f,  0.1f,   5.9f,  5.99f,
+                               0.3f,  1.1f,  2.7f, 3.3f, 4.4f, 1.999f, 2.001f, 3.999f, 4.001f};
   std::uniform_real_distribution<float> u(0.0f, 6.0f);
   for (int i = 0; i < 20; ++i) values.push_back(u(g));
   const RngStream stream{g(), g()};
@@ -69,8 +69,8 @@ struct Convergence {
   int64_t saturated = 0, used = 0;
 };
 
-Convergence measure(const std::vector<float>& x, int64_t rows, int64_t cols, QuantSpec spec, std::mt19937_64& g,
-                    int n_small, int n_large) {
+Convergence measure(const std::vector<float>& x, int64_t rows, int64_t cols, QuantSpec spec,
+                    std::mt19937_64& g, int n_small, int n_large) {
   const int64_t n = rows * cols;
   const RhtSigns signs = rht_signs_from_seed({g(), g()}, 16);
   std::vector<float> target = x;  // what the quantized tensor stands for

@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/error.h"
 #include "../ops/gradcheck.h"
+#include "core/error.h"
 
 namespace fp4 {
 namespace {

@@ -33,7 +33,8 @@ NsOptions nvfp4_with(NsCoefficients coef) {
 }
 
 // NS written out in FP64 with the A = X X^T form whatever the orientation (the big Gram for tall X).
-std::vector<double> ns_reference(const std::vector<float>& b, int64_t r, int64_t c, NsCoefficients k, int steps) {
+std::vector<double> ns_reference(const std::vector<float>& b, int64_t r, int64_t c, NsCoefficients k,
+                                 int steps) {
   double fro = 0;
   for (float v : b) fro += static_cast<double>(v) * v;
   std::vector<double> x(b.begin(), b.end());
@@ -102,7 +103,8 @@ TEST(NewtonSchulz, Fp32MatchesFp64ReferenceInBothOrientations) {
 
 // How many singular values exact NS (FP64, the same coefficients and steps, applied to the spectrum) leaves
 // outside (lo, hi): a square matrix's smallest singular values are too small for five steps to lift.
-int64_t exact_outside(const std::vector<float>& x, int64_t r, int64_t c, NsCoefficients k, double lo, double hi) {
+int64_t exact_outside(const std::vector<float>& x, int64_t r, int64_t c, NsCoefficients k, double lo,
+                      double hi) {
   int64_t n = 0;
   for (double y : ns_scalar_map(k, kNsDefaultSteps, singular_values(x.data(), r, c)))
     n += (y > lo && y < hi) ? 0 : 1;
@@ -127,13 +129,15 @@ TEST(NewtonSchulz, SingularValuesOfOutputAreNearOne) {
       int64_t inside = 0;
       for (double v : sv) inside += (v > lo && v < hi) ? 1 : 0;
       const int64_t unliftable = exact_outside(s.inputs[0], r, c, o.coef, lo, hi);
-      std::printf("  %s %ldx%ld: singular values of NS(X) in [%.4f, %.4f], %ld of %ld in (%.2f, %.2f), exact NS "
-                  "leaves %ld outside\n",
-                  q ? "nvfp4" : "fp32 ", static_cast<long>(r), static_cast<long>(c), sv.back(), sv.front(),
-                  static_cast<long>(inside), static_cast<long>(n), lo, hi, static_cast<long>(unliftable));
+      std::printf(
+          "  %s %ldx%ld: singular values of NS(X) in [%.4f, %.4f], %ld of %ld in (%.2f, %.2f), exact NS "
+          "leaves %ld outside\n",
+          q ? "nvfp4" : "fp32 ", static_cast<long>(r), static_cast<long>(c), sv.back(), sv.front(),
+          static_cast<long>(inside), static_cast<long>(n), lo, hi, static_cast<long>(unliftable));
       EXPECT_LT(sv.front(), hi) << r << "x" << c;
       // Outside the band: what exact NS leaves there, plus a value at the edge that rounding moves across
-      // (FP32) or two that NVFP4's noise pushes down (200 random runs: at most one beyond exact NS, on 64x64).
+      // (FP32) or two that NVFP4's noise pushes down (200 random runs: at most one beyond exact NS, on
+      // 64x64).
       EXPECT_GE(inside, n - unliftable - (q ? 2 : 1)) << r << "x" << c;
     }
   }
@@ -190,7 +194,8 @@ TEST(NewtonSchulz, Nvfp4StochasticRoundingIsSeeded) {
   NsOptions o = nvfp4_with(kMuonNsCoefficients);
   o.rounding = Rounding::kSr;
   o.sr = RngStream{11, 3};
-  const std::vector<float> a = newton_schulz(s.inputs[0], 32, 64, o), b = newton_schulz(s.inputs[0], 32, 64, o);
+  const std::vector<float> a = newton_schulz(s.inputs[0], 32, 64, o),
+                           b = newton_schulz(s.inputs[0], 32, 64, o);
   EXPECT_EQ(a, b);
   o.sr = RngStream{12, 3};
   EXPECT_NE(a, newton_schulz(s.inputs[0], 32, 64, o));
@@ -240,7 +245,8 @@ TEST(NsFit, MatrixErrorMatchesScalarErrorOfTheSpectrum) {
   const NsSampleSet s = make_ns_samples(48, 80, 2, fresh_seed());
   for (NsCoefficients k : {kMuonNsCoefficients, NsCoefficients{3.4509f, -4.5790f, 1.9325f}}) {
     double scalar = 0;
-    for (const auto& x : s.inputs) scalar += ns_scalar_error(k, kNsDefaultSteps, singular_values(x.data(), 48, 80));
+    for (const auto& x : s.inputs)
+      scalar += ns_scalar_error(k, kNsDefaultSteps, singular_values(x.data(), 48, 80));
     EXPECT_NEAR(ns_polar_error(s, fp32_with(k)), scalar / 2, 2e-4);
   }
 }
@@ -262,7 +268,8 @@ TEST(NsFit, GaussianSpectrumModelMatchesSampledMatrices) {
   EXPECT_NEAR(model.back(), real.back(), 0.35 * real.back());
   EXPECT_NEAR(model.front(), std::sqrt(160.0) + 8.0, 1.5);
   EXPECT_NEAR(model.back(), std::sqrt(160.0) - 8.0, 1.5);
-  for (auto bad : {std::pair<int64_t, int64_t>{0, 3}, {3, 0}}) EXPECT_THROW(gaussian_singular_values(bad.first, bad.second, 1), Error);
+  for (auto bad : {std::pair<int64_t, int64_t>{0, 3}, {3, 0}})
+    EXPECT_THROW(gaussian_singular_values(bad.first, bad.second, 1), Error);
 }
 
 // ROOT's shape-specific coefficients beat Muon's at their exact shapes on normal matrices. The shapes are
@@ -274,8 +281,8 @@ TEST(NsFit, TableCoefficientsBeatMuonAtTheirShapes) {
     const std::vector<double> sv = gaussian_singular_values(r, c, seed);
     const double table = ns_scalar_error(ns_coefficients_for_shape(r, c), kNsDefaultSteps, sv);
     const double muon = ns_scalar_error(kMuonNsCoefficients, kNsDefaultSteps, sv);
-    std::printf("  %ldx%ld fp32 NS error: table %.4f, muon %.4f\n", static_cast<long>(r), static_cast<long>(c),
-                table, muon);
+    std::printf("  %ldx%ld fp32 NS error: table %.4f, muon %.4f\n", static_cast<long>(r),
+                static_cast<long>(c), table, muon);
     EXPECT_LT(table, muon - 0.02) << r << "x" << c;
   }
 }
@@ -296,9 +303,10 @@ TEST(NsFit, Nvfp4NeedsStableCoefficients) {
       diff += (a[i] - b[i]) * (a[i] - b[i]);
       ref += a[i] * a[i];
     }
-    std::printf("  %ldx%ld NS error: muon nvfp4 %.3g; q-root coefficients fp32 %.4f nvfp4 %.4f, "
-                "|nvfp4 - fp32| / |fp32| %.4f\n",
-                static_cast<long>(r), static_cast<long>(c), muon4, e32, e4, std::sqrt(diff / ref));
+    std::printf(
+        "  %ldx%ld NS error: muon nvfp4 %.3g; q-root coefficients fp32 %.4f nvfp4 %.4f, "
+        "|nvfp4 - fp32| / |fp32| %.4f\n",
+        static_cast<long>(r), static_cast<long>(c), muon4, e32, e4, std::sqrt(diff / ref));
     EXPECT_FALSE(muon4 < 1.0) << r << "x" << c;  // diverged (or NaN)
     EXPECT_LT(e4, 0.45) << r << "x" << c;
     EXPECT_LT(e4, e32 + 0.15) << r << "x" << c;  // NVFP4's noise floor is ~0.13 here
@@ -346,9 +354,10 @@ TEST(NsFit, FitLowersEqAndKeepsFp32PolarError) {
   const NsSampleSet held = make_ns_samples(r, c, 3, seed + 1);
   const auto [heq_fit, hpolar_fit] = eq_and_polar(held, fit.coef);
   const auto [heq_def, hpolar_def] = eq_and_polar(held, kQRootNsCoefficients);
-  std::printf("  fit %ldx%ld: (%.4f, %.4f, %.4f); held-out e_q default %.4f fitted %.4f, polar %.4f -> %.4f\n",
-              static_cast<long>(r), static_cast<long>(c), fit.coef.a, fit.coef.b, fit.coef.c, heq_def, heq_fit,
-              hpolar_def, hpolar_fit);
+  std::printf(
+      "  fit %ldx%ld: (%.4f, %.4f, %.4f); held-out e_q default %.4f fitted %.4f, polar %.4f -> %.4f\n",
+      static_cast<long>(r), static_cast<long>(c), fit.coef.a, fit.coef.b, fit.coef.c, heq_def, heq_fit,
+      hpolar_def, hpolar_fit);
   // Fresh inputs: no worse beyond sample noise (a 2-sample fit on 32 x 96 overfits by up to ~8%).
   EXPECT_LE(heq_fit, heq_def * 1.12);
   EXPECT_LE(hpolar_fit, hpolar_def * 1.02);

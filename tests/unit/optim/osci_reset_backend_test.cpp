@@ -13,11 +13,11 @@
 #include <random>
 
 #include "core/error.h"
+#include "memory_weights.h"
 #include "numerics/formats.h"
 #include "numerics/quantize.h"
 #include "optim/osci_reset.h"
 #include "optim/osci_reset_host.h"
-#include "memory_weights.h"
 
 namespace fp4 {
 namespace {

@@ -11,9 +11,9 @@
 #include <random>
 
 #include "core/error.h"
+#include "memory_weights.h"
 #include "numerics/quantize.h"
 #include "recipe/recipe_io.h"
-#include "memory_weights.h"
 
 namespace fp4 {
 namespace {
@@ -29,7 +29,8 @@ QuantSpec block128_rtn() {
   return s;
 }
 
-std::vector<float> grid_values(const std::vector<float>& w, int64_t rows, int64_t cols, const QuantSpec& spec) {
+std::vector<float> grid_values(const std::vector<float>& w, int64_t rows, int64_t cols,
+                               const QuantSpec& spec) {
   const Nvfp4Tensor q = quantize_nvfp4(w.data(), rows, cols, spec, QuantRandomness{});
   std::vector<float> out(w.size());
   dequantize(q, out.data());
@@ -58,7 +59,9 @@ struct Scene {
     at(2) = 0.9f;
     at(3) = step % 2 ? 1.65f : 1.55f;
   }
-  std::vector<OsciTarget> targets() const { return {OsciTarget{"blocks.0.attn.wqkv", kRows, kCols, block128_rtn(), {}}}; }
+  std::vector<OsciTarget> targets() const {
+    return {OsciTarget{"blocks.0.attn.wqkv", kRows, kCols, block128_rtn(), {}}};
+  }
 };
 
 std::string error_of_load(OsciReset& o, const std::vector<StateTensor>& st) {
@@ -178,39 +181,40 @@ TEST(OsciReset, AWindowAsLongAsThePeriodRestartsRightAfterItsReset) {
 
 TEST(OsciReset, RestoredStateContinuesExactlyAsTheUninterruptedRun) {
   for (const double fraction : {1.0, 0.25})
-  for (int64_t stop : {7, 9, 12}) {  // mid-window, at a window's end, between windows
-    SCOPED_TRACE("track_fraction " + std::to_string(fraction) + ", stop after step " + std::to_string(stop));
-    Scene a;
-    Scene b;
-    b.fake.w = a.fake.w;
-    OsciResetConfig cfg = schedule(6, 8, 3);
-    cfg.track_fraction = fraction;
-    OsciReset full(cfg, 100, a.targets());
-    OsciReset first(cfg, 100, b.targets());
-    std::vector<OsciResetReport> ra, rb;
-    for (int64_t step = 1; step <= 30; ++step) {
-      a.move(step);
-      if (auto r = full.after_step(step, a.fake)) ra.push_back(*r);
+    for (int64_t stop : {7, 9, 12}) {  // mid-window, at a window's end, between windows
+      SCOPED_TRACE("track_fraction " + std::to_string(fraction) + ", stop after step " +
+                   std::to_string(stop));
+      Scene a;
+      Scene b;
+      b.fake.w = a.fake.w;
+      OsciResetConfig cfg = schedule(6, 8, 3);
+      cfg.track_fraction = fraction;
+      OsciReset full(cfg, 100, a.targets());
+      OsciReset first(cfg, 100, b.targets());
+      std::vector<OsciResetReport> ra, rb;
+      for (int64_t step = 1; step <= 30; ++step) {
+        a.move(step);
+        if (auto r = full.after_step(step, a.fake)) ra.push_back(*r);
+      }
+      for (int64_t step = 1; step <= stop; ++step) {
+        b.move(step);
+        if (auto r = first.after_step(step, b.fake)) rb.push_back(*r);
+      }
+      OsciReset second(cfg, 100, b.targets());
+      second.load_state(first.save_state());
+      EXPECT_EQ(second.tracking(), first.tracking());
+      for (int64_t step = stop + 1; step <= 30; ++step) {
+        b.move(step);
+        if (auto r = second.after_step(step, b.fake)) rb.push_back(*r);
+      }
+      ASSERT_EQ(ra.size(), rb.size());
+      for (size_t i = 0; i < ra.size(); ++i) {
+        EXPECT_EQ(ra[i].step, rb[i].step);
+        EXPECT_EQ(ra[i].layers[0].reset, rb[i].layers[0].reset);
+        EXPECT_EQ(ra[i].layers[0].mean_risk, rb[i].layers[0].mean_risk);
+      }
+      EXPECT_EQ(a.fake.w, b.fake.w);
     }
-    for (int64_t step = 1; step <= stop; ++step) {
-      b.move(step);
-      if (auto r = first.after_step(step, b.fake)) rb.push_back(*r);
-    }
-    OsciReset second(cfg, 100, b.targets());
-    second.load_state(first.save_state());
-    EXPECT_EQ(second.tracking(), first.tracking());
-    for (int64_t step = stop + 1; step <= 30; ++step) {
-      b.move(step);
-      if (auto r = second.after_step(step, b.fake)) rb.push_back(*r);
-    }
-    ASSERT_EQ(ra.size(), rb.size());
-    for (size_t i = 0; i < ra.size(); ++i) {
-      EXPECT_EQ(ra[i].step, rb[i].step);
-      EXPECT_EQ(ra[i].layers[0].reset, rb[i].layers[0].reset);
-      EXPECT_EQ(ra[i].layers[0].mean_risk, rb[i].layers[0].mean_risk);
-    }
-    EXPECT_EQ(a.fake.w, b.fake.w);
-  }
 }
 
 TEST(OsciReset, StateWithoutTheTrackerLeavesItIdleAndBadStateIsNamed) {
@@ -250,7 +254,7 @@ TEST(OsciReset, TargetsAreTheQuantizedLinearsAndRefuseUndefinedGridPoints) {
 
 TEST(OsciResetRecipe, ParsesOverridesValidatesAndRoundTrips) {
   Recipe r = load_recipe("tetrajet-v2-base", {"osci_reset.enabled=true", "osci_reset.window=40",
-                                               "osci_reset.start=0.6", "osci_reset.threshold=7.5"});
+                                              "osci_reset.start=0.6", "osci_reset.threshold=7.5"});
   EXPECT_TRUE(r.osci_reset.enabled);
   EXPECT_EQ(r.osci_reset.window, 40);
   EXPECT_EQ(r.osci_reset.period, 200);
@@ -273,14 +277,16 @@ TEST(OsciResetRecipe, ParsesOverridesValidatesAndRoundTrips) {
     }
     return std::string("no error");
   };
-  EXPECT_THAT(error_of({"osci_reset.enabled=true", "osci_reset.window=300"}), HasSubstr("at least its window"));
+  EXPECT_THAT(error_of({"osci_reset.enabled=true", "osci_reset.window=300"}),
+              HasSubstr("at least its window"));
   EXPECT_THAT(error_of({"osci_reset.window=0"}), HasSubstr("positive number of steps"));
   EXPECT_THAT(error_of({"osci_reset.threshold=-1"}), HasSubstr("positive number"));
   EXPECT_THAT(error_of({"osci_reset.windw=3"}), HasSubstr("unknown key"));
   EXPECT_THAT(error_of({"osci_reset.enabled=true", "linear.q2.rounding=sr"}), HasSubstr("RTN and no RHT"));
   EXPECT_THAT(error_of({"osci_reset.enabled=yes"}), HasSubstr("true or false"));
   EXPECT_THAT(error_of({"osci_reset.track_fraction=1.5"}), HasSubstr("fraction in (0, 1]"));
-  EXPECT_DOUBLE_EQ(load_recipe("tetrajet-v2-base", {"osci_reset.track_fraction=0.1"}).osci_reset.track_fraction, 0.1);
+  EXPECT_DOUBLE_EQ(
+      load_recipe("tetrajet-v2-base", {"osci_reset.track_fraction=0.1"}).osci_reset.track_fraction, 0.1);
   const std::string bf16 = [] {
     try {
       load_recipe("bf16", {"osci_reset.enabled=true"});

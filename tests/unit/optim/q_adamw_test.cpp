@@ -51,8 +51,10 @@ struct Quadratic {
     std::uniform_real_distribution<double> la(-4.0, 0.0);
     std::normal_distribution<float> nt(0.0f, 1.0f);
     for (size_t i = 0; i < a.size(); ++i) {
-      if (i % 16 == 0) a[i] = static_cast<float>(std::pow(10.0, la(rng)));
-      else a[i] = a[i - i % 16];
+      if (i % 16 == 0)
+        a[i] = static_cast<float>(std::pow(10.0, la(rng)));
+      else
+        a[i] = a[i - i % 16];
       t[i] = nt(rng);
     }
   }
@@ -84,7 +86,9 @@ StepHyper hyper() {
   return h;
 }
 
-std::vector<float> copy(std::span<const float> s) { return std::vector<float>(s.begin(), s.end()); }
+std::vector<float> copy(std::span<const float> s) {
+  return std::vector<float>(s.begin(), s.end());
+}
 
 TEST(QAdamW, FirstStepIsAdamWExactly) {
   const uint64_t seed = fresh_seed();
@@ -226,8 +230,8 @@ TEST(QAdamW, SaveLoadResumesBitForBit) {
 // Shards of the flat buffer [0, 7000 + 256 + 8192) whose boundaries fall on each tensor's tiles.
 std::vector<IndexRange> shards_for(int world) {
   if (world == 1) return {{0, 12448}};
-  if (world == 2) return {{0, 4000}, {4000, 12448}};                        // at a tensor boundary
-  return {{0, 2048}, {2048, 4128}, {4128, 12448}};                           // inside w and norm
+  if (world == 2) return {{0, 4000}, {4000, 12448}};  // at a tensor boundary
+  return {{0, 2048}, {2048, 4128}, {4128, 12448}};    // inside w and norm
 }
 
 struct RankResult {

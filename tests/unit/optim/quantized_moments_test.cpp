@@ -32,7 +32,8 @@ struct Moments {
 Moments adam_moments(std::mt19937_64& rng, int64_t n) {
   std::uniform_real_distribution<double> log_scale(-9.0, -3.0);
   std::student_t_distribution<double> t3(3.0);
-  Moments out{std::vector<float>(static_cast<size_t>(n), 0.0f), std::vector<float>(static_cast<size_t>(n), 0.0f)};
+  Moments out{std::vector<float>(static_cast<size_t>(n), 0.0f),
+              std::vector<float>(static_cast<size_t>(n), 0.0f)};
   std::vector<double> scale(static_cast<size_t>((n + 127) / 128));
   for (auto& s : scale) s = std::pow(10.0, log_scale(rng));
   for (int step = 0; step < 30; ++step)
@@ -80,8 +81,8 @@ TEST(QuantizedMoments, SecondMomentKeepsTheSmallMomentsAPlainNvfp4CopyLoses) {
   dequantize(quantize_nvfp4(mo.v.data(), n / 128, 128, spec, rnd), plain.data());
   const double e_codec = median_sqrt_error(mo.v, codec), e_plain = median_sqrt_error(mo.v, plain);
   const double m_codec = relative_mse(mo.v, codec), m_plain = relative_mse(mo.v, plain);
-  std::cout << "second moment, median |sqrt(v^) - sqrt(v)| / sqrt(v): codec " << e_codec << ", plain NVFP4 " << e_plain
-            << "; relative MSE of v: codec " << m_codec << ", plain " << m_plain << "\n";
+  std::cout << "second moment, median |sqrt(v^) - sqrt(v)| / sqrt(v): codec " << e_codec << ", plain NVFP4 "
+            << e_plain << "; relative MSE of v: codec " << m_codec << ", plain " << m_plain << "\n";
   EXPECT_LT(e_codec, 0.4 * e_plain);  // the paper reports -60% reconstruction error
   EXPECT_LT(e_codec, 0.1);
   for (float x : codec) EXPECT_GE(x, 0.0f);
@@ -106,7 +107,8 @@ TEST(QuantizedMoments, FirstMomentIsUnbiasedAndCloseAfterOneWrite) {
       for (int64_t i = 0; i < n; ++i) acc[static_cast<size_t>(i)] += d[static_cast<size_t>(i)];
     }
     std::vector<float> mean(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) mean[static_cast<size_t>(i)] = static_cast<float>(acc[static_cast<size_t>(i)] / writes);
+    for (int64_t i = 0; i < n; ++i)
+      mean[static_cast<size_t>(i)] = static_cast<float>(acc[static_cast<size_t>(i)] / writes);
     return std::sqrt(relative_mse(mo.m, mean));
   };
   const double e4 = mean_error(4), e256 = mean_error(256);

@@ -30,7 +30,7 @@ TEST(Root, AbsQuantileHandCases) {
   std::vector<float> v;
   for (int i = 1; i <= 101; ++i) v.push_back(i % 2 ? static_cast<float>(i) : -static_cast<float>(i));
   std::shuffle(v.begin(), v.end(), std::mt19937(5));
-  EXPECT_EQ(abs_quantile(v, 0.99), 100.0f);  // position 99 of |v| sorted = 100
+  EXPECT_EQ(abs_quantile(v, 0.99), 100.0f);   // position 99 of |v| sorted = 100
   EXPECT_EQ(abs_quantile(v, 0.995), 100.5f);  // halfway between 100 and 101
   EXPECT_EQ(abs_quantile(v, 1.0), 101.0f);
   EXPECT_EQ(abs_quantile(v, 0.0), 1.0f);
@@ -92,7 +92,8 @@ TEST(Root, StepMatchesTheFormulas) {
     for (int64_t i = 0; i < n; ++i) mags[i] = std::abs(u[i]);
     std::sort(mags.begin(), mags.end());
     const double pos = 0.9 * (n - 1);
-    const float eps = static_cast<float>(mags[size_t(pos)] + (pos - size_t(pos)) * (mags[size_t(pos) + 1] - mags[size_t(pos)]));
+    const float eps = static_cast<float>(mags[size_t(pos)] +
+                                         (pos - size_t(pos)) * (mags[size_t(pos) + 1] - mags[size_t(pos)]));
     int64_t clipped = 0;
     for (float& x : u) {
       clipped += std::abs(x) > eps;
@@ -167,7 +168,8 @@ TEST(Root, StepsDecreaseLeastSquaresLoss) {
       root.step(w, g, lr, 0.0f, opt);
       l = loss_and_grad(w, g);
     }
-    std::printf("  %s least squares: loss %.4f -> %.4f\n", p == NsPrecision::kFp32 ? "root  " : "q-root", l0, l);
+    std::printf("  %s least squares: loss %.4f -> %.4f\n", p == NsPrecision::kFp32 ? "root  " : "q-root", l0,
+                l);
     EXPECT_LT(l, 0.05 * l0);
   }
 }

@@ -39,7 +39,8 @@ class ThreadComm final : public Communicator {
     const size_t bytes = static_cast<size_t>(count) * comm_type_bytes(type);
     publish(data, bytes);
     std::vector<uint8_t> acc(g_.slots()[0]);
-    for (int r = 1; r < g_.world(); ++r) add(acc.data(), g_.slots()[static_cast<size_t>(r)].data(), count, type);
+    for (int r = 1; r < g_.world(); ++r)
+      add(acc.data(), g_.slots()[static_cast<size_t>(r)].data(), count, type);
     g_.wait();  // everyone has read the slots
     std::memcpy(data, acc.data(), bytes);
   }
@@ -51,8 +52,10 @@ class ThreadComm final : public Communicator {
     int64_t lo = INT64_MAX, hi = 0;
     for (const auto& r : ranges)
       if (r.size() > 0) lo = std::min(lo, r.begin), hi = std::max(hi, r.end);
-    if (hi > lo) all_reduce_sum(data + lo, hi - lo, CommType::kF32, nullptr);
-    else all_reduce_sum(data, 0, CommType::kF32, nullptr);
+    if (hi > lo)
+      all_reduce_sum(data + lo, hi - lo, CommType::kF32, nullptr);
+    else
+      all_reduce_sum(data, 0, CommType::kF32, nullptr);
   }
   void all_gather(float* data, std::span<const IndexRange> ranges, void*) override {
     const int64_t n = ranges.empty() ? 0 : ranges.back().end;

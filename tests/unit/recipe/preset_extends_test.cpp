@@ -26,7 +26,6 @@ Recipe policy_of(std::string name, std::string description, const LinearPolicy& 
   return r;
 }
 
-
 namespace fs = std::filesystem;
 using testing::expect_error;
 

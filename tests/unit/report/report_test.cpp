@@ -1,4 +1,6 @@
 // fp4train report: the table's arithmetic (gaps, share of the reference gap closed) and the picture.
+#include "report/report.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -7,7 +9,6 @@
 
 #include "core/error.h"
 #include "recipe/recipe_io.h"
-#include "report/report.h"
 #include "report/svg_plot.h"
 
 namespace fp4 {
@@ -23,9 +24,10 @@ fs::path make_run(const fs::path& root, const std::string& recipe, double final_
   m.precision(17);
   std::uniform_real_distribution<double> noise(-0.01, 0.01);
   for (int step = 1; step <= 100; ++step)
-    m << "{\"type\":\"train\",\"step\":" << step << ",\"tokens\":" << step * 1000 << ",\"loss\":"
-      << final_val + 3.0 / step + noise(rng) << ",\"tokens_per_s\":" << 5000 + step << "}\n";
-  m << "{\"type\":\"eval\",\"step\":50,\"tokens\":50000,\"val_loss\":" << final_val + 0.1 << ",\"val_ppl\":1}\n";
+    m << "{\"type\":\"train\",\"step\":" << step << ",\"tokens\":" << step * 1000
+      << ",\"loss\":" << final_val + 3.0 / step + noise(rng) << ",\"tokens_per_s\":" << 5000 + step << "}\n";
+  m << "{\"type\":\"eval\",\"step\":50,\"tokens\":50000,\"val_loss\":" << final_val + 0.1
+    << ",\"val_ppl\":1}\n";
   m << "{\"type\":\"eval\",\"step\":100,\"tokens\":100000,\"val_loss\":" << final_val
     << ",\"val_ppl\":" << std::exp(final_val) << "}\n";
   return dir;
@@ -57,7 +59,8 @@ TEST(Report, TableGivesGapsAndTheShareOfTheReferenceGapClosed) {
   std::ifstream gap_svg(root / "curves-gap.svg");
   const std::string gap_text((std::istreambuf_iterator<char>(gap_svg)), {});
   size_t gap_lines = 0;
-  for (size_t p = gap_text.find("<polyline"); p != std::string::npos; p = gap_text.find("<polyline", p + 1)) ++gap_lines;
+  for (size_t p = gap_text.find("<polyline"); p != std::string::npos; p = gap_text.find("<polyline", p + 1))
+    ++gap_lines;
   EXPECT_EQ(gap_lines, 2u);
   EXPECT_NE(gap_text.find("tetrajet-v2-base (validation)"), std::string::npos);
   fs::remove_all(root);
@@ -146,8 +149,8 @@ std::string seed_name(int seed) {
   return n;
 }
 
-fs::path make_run_dir(const fs::path& root, const std::string& name, const std::string& recipe, double final_val,
-                      const std::string& config, std::mt19937& rng) {
+fs::path make_run_dir(const fs::path& root, const std::string& name, const std::string& recipe,
+                      double final_val, const std::string& config, std::mt19937& rng) {
   const fs::path dir = root / name;
   fs::create_directories(dir);
   std::ofstream(dir / "recipe.toml") << "name = \"" << recipe << "\"\n";
@@ -157,8 +160,8 @@ fs::path make_run_dir(const fs::path& root, const std::string& name, const std::
   std::uniform_real_distribution<double> noise(-0.01, 0.01);
   std::uniform_int_distribution<int> speed(4000, 6000);
   for (int step = 1; step <= 60; ++step)
-    m << "{\"type\":\"train\",\"step\":" << step << ",\"tokens\":" << step * 2048 << ",\"loss\":"
-      << final_val + 2.0 / step + noise(rng) << ",\"tokens_per_s\":" << speed(rng) << "}\n";
+    m << "{\"type\":\"train\",\"step\":" << step << ",\"tokens\":" << step * 2048
+      << ",\"loss\":" << final_val + 2.0 / step + noise(rng) << ",\"tokens_per_s\":" << speed(rng) << "}\n";
   for (int step : {20, 40, 60}) {
     const double v = step == 60 ? final_val : final_val + 0.3 / step + noise(rng);
     m << "{\"type\":\"eval\",\"step\":" << step << ",\"tokens\":" << step * 2048 << ",\"val_loss\":" << v
@@ -169,9 +172,9 @@ fs::path make_run_dir(const fs::path& root, const std::string& name, const std::
 
 // The shape of the trainer's config.json (docs/results/runs-*/bf16.config.json), with the given seed.
 std::string config_with_seed(uint64_t seed, const std::string& recipe) {
-  return "{\n  \"model\": {\"preset\": \"olmo2-30m\", \"d_model\": 384},\n  \"recipe\": {\"name\": \"" + recipe +
-         "\", \"overrides\": {}},\n  \"train\": {\n    \"eval_every\": 20,\n    \"seed\": " + std::to_string(seed) +
-         ",\n    \"steps\": 60\n  }\n}\n";
+  return "{\n  \"model\": {\"preset\": \"olmo2-30m\", \"d_model\": 384},\n  \"recipe\": {\"name\": \"" +
+         recipe + "\", \"overrides\": {}},\n  \"train\": {\n    \"eval_every\": 20,\n    \"seed\": " +
+         std::to_string(seed) + ",\n    \"steps\": 60\n  }\n}\n";
 }
 
 std::string read_text(const fs::path& p) {
@@ -228,7 +231,8 @@ constexpr const char* kRecipes[] = {"bf16", "nvidia-nvfp4", "tetrajet-v2-base"};
 
 TEST(ReportSeeds, TwoSeedsGapsAreTakenAgainstTheBaselineOfTheSameSeed) {
   std::mt19937 rng(std::random_device{}());
-  std::uniform_real_distribution<double> base_loss(2.0, 4.0), offset(0.05, 0.3), gap(0.02, 0.2), frac(-0.3, 0.9);
+  std::uniform_real_distribution<double> base_loss(2.0, 4.0), offset(0.05, 0.3), gap(0.02, 0.2),
+      frac(-0.3, 0.9);
   TempDir tmp;
   // final val loss per seed s (1, 2) and recipe k; seed 2's baseline is clearly apart from seed 1's
   double val[3][3];
@@ -269,15 +273,18 @@ TEST(ReportSeeds, TwoSeedsGapsAreTakenAgainstTheBaselineOfTheSameSeed) {
     EXPECT_NEAR(gaps[i].gap, g, 1e-12);
     EXPECT_GT(std::fabs(gaps[i].gap - (val[s][k] - val[3 - s][0])), 0.04);  // not the other seed's baseline
     EXPECT_NEAR(gaps[i].relative, g / val[s][0], 1e-12);
-    if (k == 2) EXPECT_NEAR(gaps[i].closed, 1.0 - g / (val[s][1] - val[s][0]), 1e-9);
-    else EXPECT_TRUE(std::isnan(gaps[i].closed));
+    if (k == 2)
+      EXPECT_NEAR(gaps[i].closed, 1.0 - g / (val[s][1] - val[s][0]), 1e-9);
+    else
+      EXPECT_TRUE(std::isnan(gaps[i].closed));
   }
 
   // Over seeds: means, min..max, and the share of the mean gaps with the per-seed shares beside it.
   const auto recipes = summarize_over_seeds(runs, groups, gaps, opt);
   ASSERT_EQ(recipes.size(), 3u);
   for (const auto& r : recipes) {
-    const int k = static_cast<int>(std::find(std::begin(kRecipes), std::end(kRecipes), r.label) - std::begin(kRecipes));
+    const int k =
+        static_cast<int>(std::find(std::begin(kRecipes), std::end(kRecipes), r.label) - std::begin(kRecipes));
     ASSERT_LT(k, 3);
     EXPECT_EQ(r.seeds, (std::vector<std::optional<uint64_t>>{1, 2}));
     EXPECT_NEAR(r.mean_val_loss, (val[1][k] + val[2][k]) / 2, 1e-12);
@@ -351,7 +358,8 @@ TEST(ReportSeeds, TwoRunsOfOneRecipeAndSeedAreAnErrorNamingBoth) {
   const uint64_t seed = rng() % 1000;
   std::vector<RunSummary> runs = {
       summarize_run(make_run_dir(tmp.path(), "first", "bf16", 3.0, config_with_seed(seed, "bf16"), rng)),
-      summarize_run(make_run_dir(tmp.path(), "other", "nvidia-nvfp4", 3.1, config_with_seed(seed + 1, "x"), rng)),
+      summarize_run(
+          make_run_dir(tmp.path(), "other", "nvidia-nvfp4", 3.1, config_with_seed(seed + 1, "x"), rng)),
       summarize_run(make_run_dir(tmp.path(), "again", "bf16", 3.2, config_with_seed(seed, "bf16"), rng))};
   ReportOptions opt;
   opt.svg_path = tmp / "c.svg";
@@ -360,8 +368,9 @@ TEST(ReportSeeds, TwoRunsOfOneRecipeAndSeedAreAnErrorNamingBoth) {
   EXPECT_NE(msg.find((tmp / "again").string()), std::string::npos) << msg;
   EXPECT_NE(msg.find("seed " + std::to_string(seed)), std::string::npos) << msg;
   // Without recorded seeds too: two bf16 runs of unknown seed cannot be told apart.
-  const std::vector<RunSummary> old = {summarize_run(make_run_dir(tmp.path(), "old-a", "bf16", 3.0, "", rng)),
-                                       summarize_run(make_run_dir(tmp.path(), "old-b", "bf16", 3.0, "{}", rng))};
+  const std::vector<RunSummary> old = {
+      summarize_run(make_run_dir(tmp.path(), "old-a", "bf16", 3.0, "", rng)),
+      summarize_run(make_run_dir(tmp.path(), "old-b", "bf16", 3.0, "{}", rng))};
   const std::string msg2 = fp4::testing::error_of([&] { group_by_seed(old); });
   EXPECT_NE(msg2.find((tmp / "old-a").string()), std::string::npos) << msg2;
   EXPECT_NE(msg2.find((tmp / "old-b").string()), std::string::npos) << msg2;
@@ -375,9 +384,11 @@ TEST(ReportSeeds, ASeedWithoutBaselineGetsNoGap) {
   std::vector<RunSummary> runs = {
       summarize_run(make_run_dir(tmp.path(), "b1", "bf16", b, config_with_seed(1, "bf16"), rng)),
       summarize_run(make_run_dir(tmp.path(), "n1", "nvidia-nvfp4", b + n1, config_with_seed(1, "n"), rng)),
-      summarize_run(make_run_dir(tmp.path(), "t1", "tetrajet-v2-base", b + t1, config_with_seed(1, "t"), rng)),
+      summarize_run(
+          make_run_dir(tmp.path(), "t1", "tetrajet-v2-base", b + t1, config_with_seed(1, "t"), rng)),
       summarize_run(make_run_dir(tmp.path(), "n3", "nvidia-nvfp4", b + n3, config_with_seed(3, "n"), rng)),
-      summarize_run(make_run_dir(tmp.path(), "t3", "tetrajet-v2-base", b + t3, config_with_seed(3, "t"), rng))};
+      summarize_run(
+          make_run_dir(tmp.path(), "t3", "tetrajet-v2-base", b + t3, config_with_seed(3, "t"), rng))};
   ReportOptions opt;
   opt.svg_path = tmp / "c.svg";
   const std::string md = write_report(runs, opt);
@@ -391,8 +402,9 @@ TEST(ReportSeeds, ASeedWithoutBaselineGetsNoGap) {
   // The summary's gap statistics come from seed 1 alone, and say so.
   const auto sum = row_cells(md, {"tetrajet-v2-base", "2 (1, 3)"});
   ASSERT_EQ(sum.size(), 6u) << md;
-  EXPECT_EQ(sum[3], printf_str("%+.4f", t1) + " (" + printf_str("%+.4f", t1) + ".." + printf_str("%+.4f", t1) +
-                        "), over 1 of 2 seeds") << md;
+  EXPECT_EQ(sum[3], printf_str("%+.4f", t1) + " (" + printf_str("%+.4f", t1) + ".." +
+                        printf_str("%+.4f", t1) + "), over 1 of 2 seeds")
+      << md;
   EXPECT_EQ(sum[4], printf_str("%.1f", 100 * (1 - t1 / n1)) + "%, over 1 of 2 seeds") << md;
   // Only seed 1 has gap lines.
   const auto lines = polylines(read_text(gap_svg_path(opt.svg_path)));
@@ -415,7 +427,8 @@ TEST(ReportSeeds, RunsWithoutASeedFormAGroupOfTheirOwn) {
       summarize_run(old_tj),
       summarize_run(make_run_dir(tmp.path(), "b1", "bf16", b1, config_with_seed(1, "bf16"), rng)),
       summarize_run(old_base),
-      summarize_run(make_run_dir(tmp.path(), "t1", "tetrajet-v2-base", b1 + t1, config_with_seed(1, "t"), rng))};
+      summarize_run(
+          make_run_dir(tmp.path(), "t1", "tetrajet-v2-base", b1 + t1, config_with_seed(1, "t"), rng))};
   const auto groups = group_by_seed(runs);
   ASSERT_EQ(groups.size(), 2u);
   EXPECT_EQ(groups[0].seed, std::optional<uint64_t>(1));
@@ -445,19 +458,22 @@ TEST(ReportSeeds, RunsWithoutASeedFormAGroupOfTheirOwn) {
 }
 
 // The table as `fp4train report` printed it before seeds were read (written out independently here).
-std::string single_seed_table(const std::vector<RunSummary>& runs, const std::string& base, const std::string& ref) {
+std::string single_seed_table(const std::vector<RunSummary>& runs, const std::string& base,
+                              const std::string& ref) {
   auto find = [&](const std::string& l) {
     return std::find_if(runs.begin(), runs.end(), [&](const RunSummary& r) { return r.label == l; });
   };
   const auto b = find(base), n = find(ref);
   std::string t = "| run | tokens | train loss (last 5%) | val loss | val ppl | gap to " + base +
-                  " (val loss) | share of " + ref + "'s gap closed | tokens/s |\n|---|---|---|---|---|---|---|---|\n";
+                  " (val loss) | share of " + ref +
+                  "'s gap closed | tokens/s |\n|---|---|---|---|---|---|---|---|\n";
   for (auto r = runs.begin(); r != runs.end(); ++r) {
     const double g = r->val_loss - b->val_loss, ng = n->val_loss - b->val_loss;
-    t += "| " + r->label + " | " + std::to_string(r->tokens) + " | " + printf_str("%.4f", r->final_train_loss) +
-         " | " + printf_str("%.4f", r->val_loss) + " | " + printf_str("%.3f", r->val_ppl) + " | " +
-         (r == b ? "-" : printf_str("%+.4f", g) + " (" + printf_str("%+.2f", 100 * g / b->val_loss) + "%)") + " | " +
-         (r == b || r == n ? "-" : printf_str("%.1f", 100 * (1 - g / ng)) + "%") + " | " +
+    t += "| " + r->label + " | " + std::to_string(r->tokens) + " | " +
+         printf_str("%.4f", r->final_train_loss) + " | " + printf_str("%.4f", r->val_loss) + " | " +
+         printf_str("%.3f", r->val_ppl) + " | " +
+         (r == b ? "-" : printf_str("%+.4f", g) + " (" + printf_str("%+.2f", 100 * g / b->val_loss) + "%)") +
+         " | " + (r == b || r == n ? "-" : printf_str("%.1f", 100 * (1 - g / ng)) + "%") + " | " +
          printf_str("%.0f", r->tokens_per_s) + " |\n";
   }
   return t;
@@ -474,10 +490,10 @@ TEST(ReportSeeds, OneSeedGivesTheSingleSeedTableByteForByte) {
   const double vals[3] = {b, b + n, b + t};
   std::vector<RunSummary> seeded, seedless;
   for (int k : order) {
-    seeded.push_back(summarize_run(make_run_dir(tmp.path(), std::string("s-") + kRecipes[k], kRecipes[k], vals[k],
-                                                config_with_seed(seed, kRecipes[k]), rng)));
-    seedless.push_back(summarize_run(make_run_dir(tmp.path(), std::string("o-") + kRecipes[k], kRecipes[k], vals[k],
-                                                  "", rng)));
+    seeded.push_back(summarize_run(make_run_dir(tmp.path(), std::string("s-") + kRecipes[k], kRecipes[k],
+                                                vals[k], config_with_seed(seed, kRecipes[k]), rng)));
+    seedless.push_back(summarize_run(
+        make_run_dir(tmp.path(), std::string("o-") + kRecipes[k], kRecipes[k], vals[k], "", rng)));
   }
   for (const auto* runs : {&seeded, &seedless}) {
     ReportOptions opt;
@@ -503,13 +519,15 @@ TEST(SvgPlot, DashIndexGivesDistinctPatternsAndZeroIsSolid) {
     for (int b = a + 1; b < 4; ++b) EXPECT_NE(lines[a].dash, lines[b].dash);
   }
   // Validation points: filled for dash 0, rings otherwise (the plot's and the legend's).
-  const std::string points = render_svg(
-      PlotSpec{}, {{"a", {0, 1}, {1, 2}, true, 3, 0}, {"b", {0, 1}, {2, 1}, true, 3, 2}});
+  const std::string points =
+      render_svg(PlotSpec{}, {{"a", {0, 1}, {1, 2}, true, 3, 0}, {"b", {0, 1}, {2, 1}, true, 3, 2}});
   size_t filled = 0, rings = 0;
   for (size_t p = points.find("<circle"); p != std::string::npos; p = points.find("<circle", p + 1)) {
     const std::string tag = points.substr(p, points.find("/>", p) - p);
-    if (tag.find("fill='white'") != std::string::npos) ++rings;
-    else if (tag.find("stroke=") == std::string::npos) ++filled;
+    if (tag.find("fill='white'") != std::string::npos)
+      ++rings;
+    else if (tag.find("stroke=") == std::string::npos)
+      ++filled;
   }
   EXPECT_EQ(filled, 3u);
   EXPECT_EQ(rings, 3u);

@@ -150,8 +150,8 @@ TEST_F(DataParallelTest, CheckpointOfTwoRanksResumesOnThreeAndOnOne) {
   }
 }
 
-// OsciReset runs as a replica on every rank (model/step_features.cpp says why). NVFP4 weights only (16x16 blocks,
-// tensor scale, RTN) and BF16 elsewhere, so that 1 and N ranks differ only by the gradient summation
+// OsciReset runs as a replica on every rank (model/step_features.cpp says why). NVFP4 weights only (16x16
+// blocks, tensor scale, RTN) and BF16 elsewhere, so that 1 and N ranks differ only by the gradient summation
 // order; windows of 3 steps every 4 from step 2 (resets after steps 5 and 9), threshold 1 so that
 // weights do reset. Checked: the ranks hold the same weights bit for bit right after a reset (the run
 // ends on one, before any all-gather could hide a difference), which are the checkpoint's; the resets
@@ -161,12 +161,11 @@ TEST_F(DataParallelTest, OsciResetRunsOnEveryRankAndResumesOnOtherRankCounts) {
   const auto osci = [this](const std::string& run, int64_t steps) {
     RunConfig c = config(run, steps);
     c.recipe.name = "nvidia-nvfp4";
-    c.recipe.overrides = {{"linear.q1.format", "bf16"}, {"linear.q3.format", "bf16"},
-                          {"linear.q5.format", "bf16"}, {"linear.q6.format", "bf16"},
-                          {"linear.q5.rht", "0"},       {"linear.q6.rht", "0"},
-                          {"osci_reset.enabled", "true"}, {"osci_reset.window", "3"},
-                          {"osci_reset.period", "4"},    {"osci_reset.start", "2"},
-                          {"osci_reset.threshold", "1"}};
+    c.recipe.overrides = {
+        {"linear.q1.format", "bf16"},   {"linear.q3.format", "bf16"}, {"linear.q5.format", "bf16"},
+        {"linear.q6.format", "bf16"},   {"linear.q5.rht", "0"},       {"linear.q6.rht", "0"},
+        {"osci_reset.enabled", "true"}, {"osci_reset.window", "3"},   {"osci_reset.period", "4"},
+        {"osci_reset.start", "2"},      {"osci_reset.threshold", "1"}};
     c.train.ckpt_every = 100;
     return c;
   };

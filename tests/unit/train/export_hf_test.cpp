@@ -1,3 +1,5 @@
+#include "train/export_hf.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,7 +13,6 @@
 #include "recipe/recipe_io.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
-#include "train/export_hf.h"
 #include "train/file_io.h"
 #include "train/safetensors.h"
 #include "train/trainer.h"
@@ -80,9 +81,8 @@ std::vector<float> rows_of(const std::vector<float>& m, int64_t r0, int64_t rows
 TEST_F(ExportTest, EveryHfTensorHoldsTheEngineParametersExactly) {
   const ExportResult r = export_command(args("hf"));
   EXPECT_EQ(r.checkpoint, run_->last_checkpoint);
-  EXPECT_EQ(r.files,
-            (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                                      "tokenizer_config.json"}));
+  EXPECT_EQ(r.files, (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors",
+                                               "tokenizer.json", "tokenizer_config.json"}));
   const auto st = read_safetensors(r.out / "model.safetensors");
   EXPECT_EQ(st.metadata.at("format"), "pt");
   const ModelConfig m = model();

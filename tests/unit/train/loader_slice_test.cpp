@@ -59,7 +59,8 @@ TEST_F(LoaderSliceTest, RanksRowsAreDisjointAndMakeTheWholeBatchAcrossEpochs) {
         rows += parts.back().batch;
         // Rank r holds rows r, r + world, ... of the whole batch, in order.
         for (int k = 0; k < parts.back().batch; ++k)
-          ASSERT_EQ(row_of(parts.back(), k), row_of(full, r + k * world)) << "world " << world << " step " << s;
+          ASSERT_EQ(row_of(parts.back(), k), row_of(full, r + k * world))
+              << "world " << world << " step " << s;
         EXPECT_TRUE(same(parts.back(), batch_rows(full, r, world))) << "batch_rows agrees with the loader";
       }
       ASSERT_EQ(rows, full.batch);  // covering; disjoint because each row has one owner above
@@ -80,14 +81,17 @@ TEST_F(LoaderSliceTest, StateSavedByTwoRanksResumesOnThree) {
     for (int i = 0; i < 17; ++i) reference.next();
     DataLoader resumed(options(6));
     resumed.restore(a.state());
-    for (int i = 0; i < 5; ++i) EXPECT_TRUE(same(resumed.next_slice(r, 3), batch_rows(reference.next(), r, 3)));
+    for (int i = 0; i < 5; ++i)
+      EXPECT_TRUE(same(resumed.next_slice(r, 3), batch_rows(reference.next(), r, 3)));
   }
 }
 
 TEST_F(LoaderSliceTest, BadSlicesAreErrors) {
   DataLoader l(options(2));
-  EXPECT_NE(testing::error_of([&] { l.next_slice(0, 3); }).find("data.batch must be >= the number"), std::string::npos);
-  EXPECT_NE(testing::error_of([&] { l.next_slice(2, 2); }).find("rank 2 outside world size 2"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { l.next_slice(0, 3); }).find("data.batch must be >= the number"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { l.next_slice(2, 2); }).find("rank 2 outside world size 2"),
+            std::string::npos);
   LoaderOptions sliced = options(4);
   sliced.world_size = 2;
   DataLoader s(sliced);

@@ -251,11 +251,13 @@ TEST(RunConfig, RecipeKeysNeedNoPrefixOnTheCommandLine) {
     EXPECT_EQ(expand_recipe_shorthand(a), std::string("recipe.overrides.") + a);
   EXPECT_EQ(expand_recipe_shorthand("optim.warmup=10"), "optim.warmup=10");
   EXPECT_EQ(expand_recipe_shorthand("train.steps=5"), "train.steps=5");
-  for (const char* a : {"optimizer=q-adamw", "attention.q_attn=true", "lora_svd.rank=8", "lora_svd.enabled=true"}) {
+  for (const char* a :
+       {"optimizer=q-adamw", "attention.q_attn=true", "lora_svd.rank=8", "lora_svd.enabled=true"}) {
     const RunConfig c = load_run_config({}, {"recipe.name=tetrajet-v2-base", expand_recipe_shorthand(a)});
     EXPECT_NO_THROW(load_run_recipe(c.recipe)) << a;
   }
-  const RunConfig cfg = load_run_config({}, {"recipe.name=tetrajet-v2-base", expand_recipe_shorthand("linear.q3.sr_headroom=true")});
+  const RunConfig cfg = load_run_config(
+      {}, {"recipe.name=tetrajet-v2-base", expand_recipe_shorthand("linear.q3.sr_headroom=true")});
   ASSERT_EQ(cfg.recipe.overrides.size(), 1u);
   EXPECT_EQ(cfg.recipe.overrides[0].first, "linear.q3.sr_headroom");
 }
@@ -294,7 +296,8 @@ TEST(RunConfigRanges, HugeAndNonFiniteValuesAreRefusedNamingTheField) {
   refused("train.seed=-1", "'train.seed' must not be negative");
   refused("train.seed=18446744073709551616", "'train.seed' expects an integer");
   // A token budget near the limit rounds up without overflow: 2^62 tokens / 2048 per step = 2^51 steps.
-  const std::string msg = testing::error_of([&] { load_run_config({}, {"optim.total_tokens=4611686018427387904"}); });
+  const std::string msg =
+      testing::error_of([&] { load_run_config({}, {"optim.total_tokens=4611686018427387904"}); });
   EXPECT_THAT(msg, HasSubstr("makes a schedule of 2251799813685248 steps"));
   // A budget of a partial step rounds up (2048 tokens per step).
   EXPECT_EQ(load_run_config({}, {"optim.total_tokens=40961"}).schedule_steps(), 21);

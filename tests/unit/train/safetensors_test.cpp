@@ -57,9 +57,9 @@ TEST(Safetensors, RoundTripKeepsBytesShapesOrderAndMetadata) {
 }
 
 // An empty tensor before, between and after others (its data offsets equal its neighbour's): all read back,
-// in the order written. Its name sorts after the others: the header lists tensors by name, and the reader once
-// ordered them by start offset alone, so the empty one stayed after the non-empty one at its offset and was
-// reported as overlapping it.
+// in the order written. Its name sorts after the others: the header lists tensors by name, and the reader
+// once ordered them by start offset alone, so the empty one stayed after the non-empty one at its offset and
+// was reported as overlapping it.
 TEST(Safetensors, EmptyTensorsAnywhereRoundTrip) {
   TempDir dir;
   std::mt19937_64 rng(std::random_device{}());

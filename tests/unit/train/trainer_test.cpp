@@ -9,8 +9,8 @@
 #include <fstream>
 #include <random>
 
-#include "test_util.h"
 #include "data/prepare.h"
+#include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/data_setup.h"
 #include "train/file_io.h"
@@ -133,7 +133,8 @@ TEST_F(TrainerTest, ResumedRunReproducesTheUninterruptedOneBitForBit) {
 
 // NVIDIA NVFP4 with OsciReset (its 16x16 tensor-scaled weights; the block128 recipe needs widths of 128),
 // windows of 3 steps every 4 from step 2 (resets after steps 5 and 9), threshold 1 so that some weights
-// do reset: the resets are logged, and a run stopped mid-window (step 7) and resumed ends with the same bytes.
+// do reset: the resets are logged, and a run stopped mid-window (step 7) and resumed ends with the same
+// bytes.
 TEST_F(TrainerTest, OsciResetIsLoggedAndResumesMidWindowBitForBit) {
   const auto osci = [this](const std::string& run, int64_t steps) {
     RunConfig c = config(run, steps);
