@@ -1,8 +1,8 @@
-// Benchmark of the fused causal attention (ops/cuda/attention_cuda.h) in the engine's layout (fused QKV
-// [B*T][3*H*D], out/dO [B*T][H*D], fused dQKV): forward, backward and forward+backward times (CUDA events,
-// warm-up, median of 20) and TFLOP/s with the causal count (forward 2*2*B*H*T*T*D/2, backward 2.5x that),
-// for the entry points (also with FP4_ATTENTION_FWD=mma: the mma.sync forward instead of the wgmma one on
-// Hopper) and for every compiled tile configuration; then Q-Attn (nn/cuda/q_attention_cuda.h, the engine's
+// Benchmark of the fused causal attention (ops/cuda/attention/attention_cuda.h) in the engine's layout (fused
+// QKV [B*T][3*H*D], out/dO [B*T][H*D], fused dQKV): forward, backward and forward+backward times (CUDA
+// events, warm-up, median of 20) and TFLOP/s with the causal count (forward 2*2*B*H*T*T*D/2, backward 2.5x
+// that), for the entry points (also with FP4_ATTENTION_FWD=mma: the mma.sync forward instead of the wgmma one
+// on Hopper) and for every compiled tile configuration; then Q-Attn (nn/cuda/q_attention_cuda.h, the engine's
 // attention.q_attn path) on the same buffers. Compare with bench/attention_sdpa.py.
 // Usage: attention_bench [--reps N]
 #include <cuda_bf16.h>
@@ -19,8 +19,8 @@
 
 #include "core/error.h"
 #include "nn/cuda/q_attention_cuda.h"
-#include "ops/cuda/attention_cuda.h"
-#include "ops/cuda/attention_variants.cuh"
+#include "ops/cuda/attention/attention_cuda.h"
+#include "ops/cuda/attention/attention_variants.cuh"
 #include "ops/cuda/cuda_check.h"
 
 namespace {

@@ -19,7 +19,7 @@
 #include "bench_json.h"
 #include "numerics/hadamard.h"
 #include "ops/cuda/cuda_check.h"
-#include "ops/cuda/quantize_cuda.h"
+#include "ops/cuda/quant/quantize_cuda.h"
 
 namespace fp4 {
 namespace {

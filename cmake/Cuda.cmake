@@ -14,7 +14,8 @@ set(CMAKE_CUDA17_EXTENSION_COMPILE_OPTION "-std=c++20")
 find_package(CUDAToolkit REQUIRED)
 
 file(GLOB cuda_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/*/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/*/*/cuda/*.cu
-                                      ${CMAKE_SOURCE_DIR}/src/ops/cuda/*.cu)
+                                      ${CMAKE_SOURCE_DIR}/src/ops/cuda/*.cu
+                                      ${CMAKE_SOURCE_DIR}/src/ops/cuda/*/*.cu)
 list(REMOVE_DUPLICATES cuda_srcs)
 add_library(fp4_cuda STATIC ${cuda_srcs})
 target_include_directories(fp4_cuda PUBLIC ${CMAKE_SOURCE_DIR}/src)

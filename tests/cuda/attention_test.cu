@@ -1,8 +1,8 @@
-// Tests of the fused CUDA attention (ops/cuda/attention_cuda.h) against causal softmax attention computed in
-// double on the CPU from the same BF16-rounded inputs: output, LSE and the three gradients for ragged T,
-// several B/H, both head sizes, strided (fused QKV) and padded layouts, every compiled tile configuration,
-// large scores, causality, workspace reuse and argument errors. Outputs are poisoned with NaN before each
-// call so an element never written fails, and padding columns must come back untouched.
+// Tests of the fused CUDA attention (ops/cuda/attention/attention_cuda.h) against causal softmax attention
+// computed in double on the CPU from the same BF16-rounded inputs: output, LSE and the three gradients for
+// ragged T, several B/H, both head sizes, strided (fused QKV) and padded layouts, every compiled tile
+// configuration, large scores, causality, workspace reuse and argument errors. Outputs are poisoned with NaN
+// before each call so an element never written fails, and padding columns must come back untouched.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "ops/cuda/attention_cuda.h"
-#include "ops/cuda/attention_variants.cuh"
+#include "ops/cuda/attention/attention_cuda.h"
+#include "ops/cuda/attention/attention_variants.cuh"
 #include "ops/cuda/cuda_check.h"
 
 namespace fp4::cuda {

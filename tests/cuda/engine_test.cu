@@ -24,7 +24,7 @@
 #include "model/engine_weight_access.h"
 #include "model/olmo2.h"
 #include "numerics/quantize.h"
-#include "ops/cuda/causal_sdpa_cuda.h"
+#include "ops/cuda/attention/causal_sdpa_cuda.h"
 #include "ops/cuda/cross_entropy_cuda.h"
 #include "ops/cuda/embedding_cuda.h"
 #include "ops/cuda/gemm_cublaslt.h"

@@ -17,7 +17,7 @@
 #include "numerics/hadamard.h"
 #include "numerics/quantize.h"
 #include "ops/cuda/cuda_check.h"
-#include "ops/cuda/quantize_cuda.h"
+#include "ops/cuda/quant/quantize_cuda.h"
 
 namespace fp4::cudatest {
 

@@ -23,7 +23,7 @@
 #include "nn/q_attention.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm_cublaslt.h"
-#include "ops/cuda/quantize_cuda.h"
+#include "ops/cuda/quant/quantize_cuda.h"
 
 namespace fp4::cuda {
 

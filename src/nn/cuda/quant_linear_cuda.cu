@@ -6,7 +6,7 @@
 #include "nn/cuda/quant_linear_split_cuda.h"
 #include "nn/quant_linear.h"
 #include "ops/cuda/out_control_cuda.h"
-#include "ops/cuda/quantize_cuda.h"
+#include "ops/cuda/quant/quantize_cuda.h"
 #include "tensor/carver.h"
 
 namespace fp4::cuda {

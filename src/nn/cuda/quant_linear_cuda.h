@@ -1,5 +1,5 @@
 // QuantLinearCuda: the NVFP4 linear layer of RECIPES.md section 4 on Hopper. Fused quantization kernels
-// (src/ops/cuda/quantize_cuda.h) produce packed operands; the GEMMs run on BF16 tensor cores over the
+// (src/ops/cuda/quant/quantize_cuda.h) produce packed operands; the GEMMs run on BF16 tensor cores over the
 // dequantized values (q * s * S_dec or q * s * s_out rounded to BF16: relative error <= 2^-8 per element,
 // far under FP4 noise), with FP32 accumulation. The forward keeps only the packed backward operands
 // (Q6 = X^T, and Q4 = W^T or, for NVIDIA's 16x16 re-use, Q2 itself); its transients live in a workspace

@@ -12,7 +12,7 @@
 
 #include "nn/cuda/quant_linear_cuda.h"
 #include "nn/quant_linear.h"
-#include "ops/cuda/quantize_cuda.h"
+#include "ops/cuda/quant/quantize_cuda.h"
 
 namespace fp4::cuda {
 

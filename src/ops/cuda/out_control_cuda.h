@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "ops/cuda/quantize_cuda.h"
+#include "ops/cuda/quant/quantize_cuda.h"
 
 namespace fp4::cuda {
 

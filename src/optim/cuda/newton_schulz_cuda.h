@@ -2,7 +2,8 @@
 // algorithm step for step, on device pointers, queued on a stream without waiting for the host.
 //  - kFp32: every product an FP32 cuBLASLt GEMM (no TF32); the result differs from the CPU's only by
 //    the order of the FP32 sums inside the GEMMs (and of the double sum of squares of the normalization).
-//  - kNvfp4 (Q-Root): each product's operands quantized by the device quantizers (ops/cuda/quantize_cuda.h,
+//  - kNvfp4 (Q-Root): each product's operands quantized by the device quantizers
+//  (ops/cuda/quant/quantize_cuda.h,
 //    byte-identical to quantize_nvfp4) with the CPU's specs, tiles, zero padding and Philox streams
 //    (operand o of step s draws stream sr.stream * 64 + 4 s + o), dequantized to FP32 and multiplied in FP32.
 #pragma once
@@ -16,7 +17,7 @@
 #include "numerics/quantize.h"
 #include "ops/cuda/gemm_cublaslt.h"
 #include "ops/cuda/gemm_f32_cublaslt.h"
-#include "ops/cuda/quantize_cuda.h"
+#include "ops/cuda/quant/quantize_cuda.h"
 #include "optim/newton_schulz.h"
 
 namespace fp4::cuda {

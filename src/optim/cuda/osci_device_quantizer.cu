@@ -1,7 +1,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "ops/cuda/quantize_cuda.h"
+#include "ops/cuda/quant/quantize_cuda.h"
 #include "optim/cuda/osci_device_quantizer.h"
 
 namespace fp4::cuda {

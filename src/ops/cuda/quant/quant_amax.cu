@@ -1,7 +1,7 @@
 // amax of a quantizer input after its optional RHT (quantize.h's amax_nvfp4_input): the tensor-mode
 // pre-pass. Max is exact and order-free, so any reduction order gives the CPU's bits.
-#include "ops/cuda/quant_common.cuh"
-#include "ops/cuda/quant_launch.cuh"
+#include "ops/cuda/quant/quant_common.cuh"
+#include "ops/cuda/quant/quant_launch.cuh"
 
 namespace fp4 {
 namespace {

@@ -25,12 +25,12 @@
 
 #include <cstdint>
 
-#include "ops/cuda/attention_bwd.cuh"
-#include "ops/cuda/attention_bwd_prep.cuh"
-#include "ops/cuda/attention_bwd_wgmma_steps.cuh"
-#include "ops/cuda/attention_swizzle.cuh"
-#include "ops/cuda/attention_variants.cuh"
-#include "ops/cuda/attention_wgmma.cuh"
+#include "ops/cuda/attention/attention_bwd.cuh"
+#include "ops/cuda/attention/attention_bwd_prep.cuh"
+#include "ops/cuda/attention/attention_bwd_wgmma_steps.cuh"
+#include "ops/cuda/attention/attention_swizzle.cuh"
+#include "ops/cuda/attention/attention_variants.cuh"
+#include "ops/cuda/attention/attention_wgmma.cuh"
 #include "ops/cuda/cuda_check.h"
 
 namespace fp4::cuda::attn {

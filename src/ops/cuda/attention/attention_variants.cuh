@@ -7,8 +7,8 @@
 
 #include <span>
 
-#include "ops/cuda/attention_bwd.cuh"
-#include "ops/cuda/attention_fwd.cuh"
+#include "ops/cuda/attention/attention_bwd.cuh"
+#include "ops/cuda/attention/attention_fwd.cuh"
 
 namespace fp4::cuda::attn {
 

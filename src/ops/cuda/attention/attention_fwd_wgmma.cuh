@@ -25,10 +25,10 @@
 #include <cmath>
 #include <cstdint>
 
-#include "ops/cuda/attention_fwd.cuh"
-#include "ops/cuda/attention_swizzle.cuh"
-#include "ops/cuda/attention_variants.cuh"
-#include "ops/cuda/attention_wgmma.cuh"
+#include "ops/cuda/attention/attention_fwd.cuh"
+#include "ops/cuda/attention/attention_swizzle.cuh"
+#include "ops/cuda/attention/attention_variants.cuh"
+#include "ops/cuda/attention/attention_wgmma.cuh"
 #include "ops/cuda/cuda_check.h"
 
 namespace fp4::cuda::attn {

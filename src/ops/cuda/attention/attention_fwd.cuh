@@ -14,7 +14,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "ops/cuda/attention_tiles.cuh"
+#include "ops/cuda/attention/attention_tiles.cuh"
 #include "ops/cuda/cuda_check.h"
 
 namespace fp4::cuda::attn {

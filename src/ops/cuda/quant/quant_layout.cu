@@ -1,6 +1,6 @@
 // Block scales in cuBLASLt's VEC16/VEC32 scale layout (quantize.h's to_cublaslt_scale_layout): thread per
 // output byte, so the writes (padding zeros included) are coalesced.
-#include "ops/cuda/quant_launch.cuh"
+#include "ops/cuda/quant/quant_launch.cuh"
 
 namespace fp4 {
 namespace {

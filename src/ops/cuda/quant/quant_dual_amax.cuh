@@ -5,7 +5,7 @@
 // both results equal the reference's bits.
 #pragma once
 
-#include "ops/cuda/quant_dual_fast.cuh"
+#include "ops/cuda/quant/quant_dual_fast.cuh"
 
 namespace fp4::dual {
 

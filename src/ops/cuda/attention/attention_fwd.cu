@@ -3,11 +3,11 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "ops/cuda/attention_args.cuh"
-#include "ops/cuda/attention_cuda.h"
-#include "ops/cuda/attention_fwd.cuh"
-#include "ops/cuda/attention_fwd_wgmma.cuh"
-#include "ops/cuda/attention_variants.cuh"
+#include "ops/cuda/attention/attention_args.cuh"
+#include "ops/cuda/attention/attention_cuda.h"
+#include "ops/cuda/attention/attention_fwd.cuh"
+#include "ops/cuda/attention/attention_fwd_wgmma.cuh"
+#include "ops/cuda/attention/attention_variants.cuh"
 
 namespace fp4::cuda {
 namespace attn {

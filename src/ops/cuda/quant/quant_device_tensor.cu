@@ -1,5 +1,5 @@
 // Owning device storage of one NVFP4 operand and its copy back to the host form.
-#include "ops/cuda/quant_launch.cuh"
+#include "ops/cuda/quant/quant_launch.cuh"
 
 namespace fp4 {
 

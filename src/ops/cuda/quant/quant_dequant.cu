@@ -1,6 +1,6 @@
 // NVFP4 -> FP32 / BF16 (quantize.h's dequantize / dequantize_bf16): thread per 16-element block.
-#include "ops/cuda/quant_common.cuh"
-#include "ops/cuda/quant_launch.cuh"
+#include "ops/cuda/quant/quant_common.cuh"
+#include "ops/cuda/quant/quant_launch.cuh"
 
 namespace fp4 {
 namespace {

@@ -19,8 +19,8 @@
 
 #include <cstdint>
 
-#include "ops/cuda/quant_dual_args.cuh"
-#include "ops/cuda/quant_dual_encode.cuh"
+#include "ops/cuda/quant/quant_dual_args.cuh"
+#include "ops/cuda/quant/quant_dual_encode.cuh"
 
 namespace fp4::dual {
 

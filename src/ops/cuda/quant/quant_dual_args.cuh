@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "core/error.h"
-#include "ops/cuda/quant_common.cuh"
-#include "ops/cuda/quant_launch.cuh"
+#include "ops/cuda/quant/quant_common.cuh"
+#include "ops/cuda/quant/quant_launch.cuh"
 
 namespace fp4::dual {
 

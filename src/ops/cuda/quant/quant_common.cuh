@@ -14,7 +14,7 @@
 #include "numerics/hd.h"
 #include "numerics/nvfp4_block.h"
 #include "numerics/philox.h"
-#include "ops/cuda/quantize_cuda.h"
+#include "ops/cuda/quant/quantize_cuda.h"
 
 namespace fp4::qk {
 

@@ -9,8 +9,8 @@
 // 64 rows x 128 columns, a tile's 16 rows are 4 lanes of each of 4 warps, combined through shared memory.
 #include <type_traits>
 
-#include "ops/cuda/quant_common.cuh"
-#include "ops/cuda/quant_launch.cuh"
+#include "ops/cuda/quant/quant_common.cuh"
+#include "ops/cuda/quant/quant_launch.cuh"
 
 namespace fp4 {
 namespace {

@@ -1,5 +1,5 @@
 // The general dual kernel's instantiations for the quantizer (quant_dual_general.cuh).
-#include "ops/cuda/quant_dual_general.cuh"
+#include "ops/cuda/quant/quant_dual_general.cuh"
 
 namespace fp4::dual {
 

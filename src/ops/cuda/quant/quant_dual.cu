@@ -1,12 +1,12 @@
 // The fused backward-operand quantizer (quantize.h's quantize_dual) and its amax pre-pass: argument checks,
 // and the choice between the specialized kernel of the recipes' operand pairs (quant_dual_fast.cuh) and the
 // general kernel of every other mode (quant_dual_general.cuh).
-#include "ops/cuda/quant_common.cuh"
-#include "ops/cuda/quant_dual_amax.cuh"
-#include "ops/cuda/quant_dual_args.cuh"
-#include "ops/cuda/quant_dual_fast.cuh"
-#include "ops/cuda/quant_dual_general.h"
-#include "ops/cuda/quant_launch.cuh"
+#include "ops/cuda/quant/quant_common.cuh"
+#include "ops/cuda/quant/quant_dual_amax.cuh"
+#include "ops/cuda/quant/quant_dual_args.cuh"
+#include "ops/cuda/quant/quant_dual_fast.cuh"
+#include "ops/cuda/quant/quant_dual_general.h"
+#include "ops/cuda/quant/quant_launch.cuh"
 
 namespace fp4 {
 namespace {

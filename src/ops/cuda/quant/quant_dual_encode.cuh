@@ -11,7 +11,7 @@
 #include "numerics/formats.h"
 #include "numerics/nvfp4_block.h"
 #include "numerics/philox.h"
-#include "ops/cuda/quant_common.cuh"
+#include "ops/cuda/quant/quant_common.cuh"
 
 namespace fp4::dual {
 

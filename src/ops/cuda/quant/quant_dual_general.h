@@ -3,8 +3,8 @@
 
 #include <cuda_runtime.h>
 
-#include "ops/cuda/quant_dual_args.cuh"
-#include "ops/cuda/quantize_cuda.h"
+#include "ops/cuda/quant/quant_dual_args.cuh"
+#include "ops/cuda/quant/quantize_cuda.h"
 
 namespace fp4::dual {
 

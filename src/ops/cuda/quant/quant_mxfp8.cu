@@ -1,7 +1,7 @@
 // MXFP8 quantize / dequantize (quantize.h's quantize_mxfp8 / dequantize): thread per 32-element block.
 #include "numerics/mxfp8.h"
-#include "ops/cuda/quant_common.cuh"
-#include "ops/cuda/quant_launch.cuh"
+#include "ops/cuda/quant/quant_common.cuh"
+#include "ops/cuda/quant/quant_launch.cuh"
 
 namespace fp4 {
 namespace {

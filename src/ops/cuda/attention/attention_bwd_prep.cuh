@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "ops/cuda/attention_bwd.cuh"
+#include "ops/cuda/attention/attention_bwd.cuh"
 
 namespace fp4::cuda::attn {
 

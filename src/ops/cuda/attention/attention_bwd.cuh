@@ -19,8 +19,8 @@
 
 #include <cstdint>
 
-#include "ops/cuda/attention_fwd.cuh"
-#include "ops/cuda/attention_tiles.cuh"
+#include "ops/cuda/attention/attention_fwd.cuh"
+#include "ops/cuda/attention/attention_tiles.cuh"
 #include "ops/cuda/cuda_check.h"
 
 namespace fp4::cuda::attn {

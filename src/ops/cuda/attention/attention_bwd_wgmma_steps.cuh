@@ -11,9 +11,9 @@
 
 #include <cstdint>
 
-#include "ops/cuda/attention_fwd.cuh"
-#include "ops/cuda/attention_ptx.cuh"
-#include "ops/cuda/attention_swizzle.cuh"
+#include "ops/cuda/attention/attention_fwd.cuh"
+#include "ops/cuda/attention/attention_ptx.cuh"
+#include "ops/cuda/attention/attention_swizzle.cuh"
 
 namespace fp4::cuda::attn {
 

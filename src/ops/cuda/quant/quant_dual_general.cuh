@@ -14,10 +14,10 @@
 // FP32) let three thread blocks share an SM, which hides the global loads of one behind another's work.
 #pragma once
 
-#include "ops/cuda/quant_common.cuh"
-#include "ops/cuda/quant_dual_args.cuh"
-#include "ops/cuda/quant_dual_general.h"
-#include "ops/cuda/quant_launch.cuh"
+#include "ops/cuda/quant/quant_common.cuh"
+#include "ops/cuda/quant/quant_dual_args.cuh"
+#include "ops/cuda/quant/quant_dual_general.h"
+#include "ops/cuda/quant/quant_launch.cuh"
 
 namespace fp4::dual_general {
 

@@ -1,7 +1,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "ops/cuda/causal_sdpa_cuda.h"
+#include "ops/cuda/attention/causal_sdpa_cuda.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/elementwise_cuda.cuh"
 

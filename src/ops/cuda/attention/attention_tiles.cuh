@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "ops/cuda/attention_ptx.cuh"
+#include "ops/cuda/attention/attention_ptx.cuh"
 
 namespace fp4::cuda::attn {
 

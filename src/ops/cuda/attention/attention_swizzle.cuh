@@ -9,9 +9,9 @@
 
 #include <cstdint>
 
-#include "ops/cuda/attention_ptx.cuh"
-#include "ops/cuda/attention_tiles.cuh"
-#include "ops/cuda/attention_wgmma.cuh"
+#include "ops/cuda/attention/attention_ptx.cuh"
+#include "ops/cuda/attention/attention_tiles.cuh"
+#include "ops/cuda/attention/attention_wgmma.cuh"
 
 namespace fp4::cuda::attn {
 
