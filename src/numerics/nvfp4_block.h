@@ -127,70 +127,30 @@ FP4_HD float nvfp4_block128_inner_quotient_cd(float amax16, float s_out, const B
   return const_div_or_ieee(amax16 / s_out, d.target);
 }
 
-// The divisor p of a block, prepared once per block so that elements need no division: p = m 2^e with
-// m in [1, 2), r = RN(1/m), scale = 2^-e. r == 0 marks a divisor outside [2^-126, 2^126] (zero,
-// subnormal, huge): block128_quotient then divides by p (kept in m).
-struct Block128Divisor {
-  float m = 1.0f, r = 0.0f, scale = 1.0f;
-};
-
-FP4_HD Block128Divisor block128_divisor(float p) {
-  if (!(p >= 1.1754943508222875e-38f && p <= 8.5070591730234616e+37f)) return Block128Divisor{p, 0.0f, 1.0f};
-  const uint32_t b = float_bits(p);
-  const float m = bits_float((b & 0x007FFFFFu) | 0x3F800000u);
-  return Block128Divisor{m, 1.0f / m, bits_float((254u << 23) - (b & 0x7F800000u))};
+// The encode multiplier of a block128 16-block (RECIPES.md section 2, [ours, 2026-12-02]): e = min(RN(1/p),
+// FLT_MAX) from the rounded p = s_in * s_out, formed once per 16-block; an element's scaled magnitude is then
+// RN(|x| * e) instead of the quotient RN(|x| / p). A NaN p (a non-finite block's NaN scale) gives a NaN e and
+// NaN magnitudes (code index 7); p == 0 gives e = FLT_MAX (dequantized values q * p are 0 either way).
+// docs/NUMERICS.md records how often the codes differ from the true quotient's
+// (tests/unit/numerics/block128_multiplier_test.cpp).
+FP4_HD float block128_encode_multiplier(float p) {
+#if defined(__CUDA_ARCH__)
+  return min_f(__frcp_rn(p), kFloatMax);  // RN(1/p), the value of 1.0f / p
+#else
+  return min_f(1.0f / p, kFloatMax);
+#endif
 }
 
-// a / p rounded to nearest (IEEE), without a division: x = a 2^-e is exact, q = RN(x r) is within two ulps
-// of x / m, a correction with the exact residual x - q m brings it within one, and a second one rounds it
-// correctly (Markstein: q + RN(x - q m) r is RN(x / m) once q is faithful and r = RN(1/m)). Only a
-// quotient below about 2^-100 (where the residual underflows) can differ in its last bits, far below
-// every E2M1 rounding decision. tests/unit/numerics/block128_quotient_test.cpp checks it.
-FP4_HD float block128_quotient(float a, const Block128Divisor& d) {
-  if (d.r == 0.0f) return a / d.m;
-  const float x = mul_rn(a, d.scale);
-  float q = mul_rn(x, d.r);
-  q = fma_rn(fma_rn(-q, d.m, x), d.r, q);
-  return fma_rn(fma_rn(-q, d.m, x), d.r, q);
-}
-
-// The same quotient with the divisor as it is, for divisors in [2^-64, 2^64] (block128_direct_ok): r =
-// RN(1/p), then the two corrections on a and p themselves, one multiply fewer per element. Both forms are
-// the same correctly rounded steps, the reference's on values scaled by 2^-e_p, so they agree bit for bit
-// while nothing leaves the range where that scaling is exact. Where a quotient can reach a nonzero E2M1
-// code (q >= 2^-25) it does not: a >= 2^-89, and each residual a - q p is a multiple of ulp(q) ulp(p) >=
-// 2^-135 that the remainder property makes representable, so no step rounds into the subnormals. Smaller
-// quotients round to code 0 in both forms (RTN and SR: q * 2^-126 < 2^-151 rounds to zero).
-// tests/unit/numerics/block128_quotient_test.cpp compares the two.
-struct Block128Recip {
-  float p = 1.0f, r = 1.0f;
-};
-
+// Whether p is a divisor the GPU's direct block path takes (kept as a range: the path's RTN without
+// saturation also needs a normal scale code, quant_common.cuh block128_direct).
 FP4_HD bool block128_direct_ok(float p) {
   return p >= 5.421010862427522e-20f && p <= 1.8446744073709552e+19f;
 }
 
-FP4_HD Block128Recip block128_recip(float p) {
-#if defined(__CUDA_ARCH__)
-  return Block128Recip{p, __frcp_rn(p)};  // RN(1/p), without the division's range check
-#else
-  return Block128Recip{p, 1.0f / p};
-#endif
-}
-
-FP4_HD float block128_quotient_direct(float a, const Block128Recip& d) {
-  float q = mul_rn(a, d.r);
-  q = fma_rn(fma_rn(-q, d.p, a), d.r, q);
-  return fma_rn(fma_rn(-q, d.p, a), d.r, q);
-}
-
-// Element code with block128 scales: E2M1(|x| / p) with p = s_in * s_out (the IEEE quotient; p == 0 -> 0),
-// d = block128_divisor(p).
-FP4_HD uint8_t nvfp4_encode_block128(float x, float p, const Block128Divisor& d, bool stochastic,
-                                     uint32_t random) {
+// Element code with block128 scales: E2M1(RN(|x| * e)), e = block128_encode_multiplier(p), sign restored.
+FP4_HD uint8_t nvfp4_encode_block128(float x, float e, bool stochastic, uint32_t random) {
   const uint8_t sign = sign_bit_e2m1(x);
-  if (p == 0.0f) return sign;
-  const float a = block128_quotient(abs_f(x), d);
+  const float a = mul_rn(abs_f(x), e);
   return sign | (stochastic ? e2m1_sr_index(a, random) : e2m1_rtn_index(a));
 }
 
@@ -205,10 +165,10 @@ FP4_HD uint8_t nvfp4_scale_block128_4o6(const float* v, float amax16, float s_ou
   FP4_UNROLL
   for (int c = 0; c < 2; ++c) {
     const float p = e4m3_decode(cand[c]) * s_out;
-    const Block128Divisor d = block128_divisor(p);
+    const float e = block128_encode_multiplier(p);
     FP4_UNROLL
     for (int i = 0; i < 16; ++i) {
-      const float q = e2m1_decode(nvfp4_encode_block128(v[i], p, d, false, 0));
+      const float q = e2m1_decode(nvfp4_encode_block128(v[i], e, false, 0));
       const float d = add_rn(mul_rn(q, p), -v[i]);
       err[c] = add_rn(err[c], mul_rn(d, d));
     }

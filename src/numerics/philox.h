@@ -102,6 +102,18 @@ FP4_HD uint32_t philox_word(RngStream s, uint64_t index) {
   return philox_block(s, index >> 2).v[index & 3];
 }
 
+// Stochastic rounding's random bits (RECIPES.md section 1, 16 bits a decision): element i of a stream takes
+// one half of Philox word i / 2, the low half for an even i and the high half for an odd one, so a Philox
+// block serves eight consecutive elements (block i / 8, word (i / 2) % 4). The half is returned in the top 16
+// bits of a 32-bit word with the low 16 bits zero, the form the E2M1 SR rounding compares (its top 22 bits).
+FP4_HD uint32_t sr16_word(const Philox4& block, int i) {
+  const uint32_t w = block.v[(i >> 1) & 3];
+  return (i & 1) ? (w & 0xFFFF0000u) : (w << 16);
+}
+FP4_HD uint32_t philox_sr_word(RngStream s, uint64_t index) {
+  return sr16_word(philox_block(s, index >> 3), static_cast<int>(index & 7));
+}
+
 // Uniform float in [0, 1) with 24 random bits.
 FP4_HD float philox_uniform(RngStream s, uint64_t index) {
   return static_cast<float>(philox_word(s, index) >> 8) * 5.9604644775390625e-8f;

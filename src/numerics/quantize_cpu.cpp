@@ -36,7 +36,7 @@ float amax_finite(const std::vector<float>& v) {
 }
 
 uint32_t random_word(const QuantSpec& spec, const QuantRandomness& rnd, int64_t index) {
-  return spec.rounding == Rounding::kSr ? philox_word(rnd.sr, static_cast<uint64_t>(index)) : 0u;
+  return spec.rounding == Rounding::kSr ? philox_sr_word(rnd.sr, static_cast<uint64_t>(index)) : 0u;
 }
 
 void set_code(Nvfp4Tensor& q, int64_t index, uint8_t code) {
@@ -109,10 +109,10 @@ void quantize_block128_outer(const std::vector<float>& v, const QuantSpec& spec,
         if (bad) s = kE4m3Nan;
         q.scales[r * nblk + b] = s;
         const float p = e4m3_decode(s) * s_out;
-        const Block128Divisor divisor = block128_divisor(p);
+        const float e = block128_encode_multiplier(p);
         for (int64_t i = b * 16; i < b * 16 + 16; ++i) {
           const int64_t idx = r * cols + i;
-          set_code(q, idx, nvfp4_encode_block128(v[idx], p, divisor, sr, random_word(spec, rnd, idx)));
+          set_code(q, idx, nvfp4_encode_block128(v[idx], e, sr, random_word(spec, rnd, idx)));
         }
       }
     }

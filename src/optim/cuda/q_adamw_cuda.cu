@@ -144,7 +144,8 @@ __device__ float group_amax(const float* x) {
 }
 
 // quantize_nvfp4 of one 1x16 block of a tile (tensor scale from `amax`, Four Over Six, SR): element e of
-// group g draws word g * 16 + e of the stream {key, tile}. Writes the 8 code bytes and the scale.
+// group g draws SR word g * 16 + e of the stream {key, tile} (philox_sr_word: Philox blocks 2g and 2g + 1).
+// Writes the 8 code bytes and the scale.
 __device__ void quantize_group(const float* x, float amax, uint64_t key, int64_t tile, uint8_t* codes,
                                uint8_t* scale) {
   const TensorScale ts = nvfp4_tensor_scale(amax, true, kNvfp4Target);
@@ -155,12 +156,10 @@ __device__ void quantize_group(const float* x, float amax, uint64_t key, int64_t
   const RngStream rs{key, static_cast<uint64_t>(tile)};
   const int g = static_cast<int>(threadIdx.x) % kGroups;
   uint8_t code[16];
+  const Philox4 r[2] = {philox_block(rs, static_cast<uint64_t>(g * 2)),
+                        philox_block(rs, static_cast<uint64_t>(g * 2 + 1))};
   FP4_UNROLL
-  for (int q = 0; q < 4; ++q) {
-    const Philox4 r = philox_block(rs, static_cast<uint64_t>(g * 4 + q));
-    FP4_UNROLL
-    for (int j = 0; j < 4; ++j) code[4 * q + j] = nvfp4_encode_tensor(x[4 * q + j], e_b, true, r.v[j]);
-  }
+  for (int i = 0; i < 16; ++i) code[i] = nvfp4_encode_tensor(x[i], e_b, true, sr16_word(r[i >> 3], i));
   uint2 w;
   uint8_t* b = reinterpret_cast<uint8_t*>(&w);
   FP4_UNROLL

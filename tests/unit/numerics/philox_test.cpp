@@ -165,5 +165,43 @@ TEST(Philox, StreamScheduleGivesTheSameWords) {
   EXPECT_EQ(checked, 64 * 204);
 }
 
+// SR's 16-bit decisions (RECIPES.md section 1, docs/NUMERICS.md): element i takes the low half of word i / 2
+// for an even i and the high half for an odd one, in the top 16 bits; eight elements share one Philox block.
+TEST(Philox, SrWordsAreTheHalvesOfOneWordInOrder) {
+  FP4_SEEDED_RNG(g);
+  for (int t = 0; t < 200; ++t) {
+    const RngStream s{g(), g()};
+    // Random indices, the first and last of a block, and indices past 2^32 (the 64-bit counter).
+    const uint64_t base = t < 4 ? (uint64_t{t} << 33) : (g() >> 3) << 3;
+    const Philox4 b = philox_block(s, base >> 3);
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t w = philox_sr_word(s, base + static_cast<uint64_t>(i));
+      const uint32_t word = philox_word(s, ((base >> 3) << 2) + static_cast<uint64_t>(i >> 1));
+      ASSERT_EQ(word, b.v[i >> 1]);
+      ASSERT_EQ(w & 0xFFFFu, 0u) << "the low 16 bits are zero";
+      ASSERT_EQ(w >> 16, (i & 1) ? word >> 16 : word & 0xFFFFu) << "element " << i;
+      ASSERT_EQ(w, sr16_word(b, i));
+    }
+  }
+}
+
+// The 16-bit halves are uniform: each of the 16 bits is set about half the time and the two halves of a
+// word are not equal more often than chance.
+TEST(Philox, SrWordHalvesAreUniform) {
+  FP4_SEEDED_RNG(g);
+  const RngStream s{g(), g()};
+  const int n = 1 << 18;
+  int bit_count[16] = {};
+  int equal_halves = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint32_t w = philox_sr_word(s, static_cast<uint64_t>(i)) >> 16;
+    for (int b = 0; b < 16; ++b) bit_count[b] += (w >> b) & 1u;
+    if (i & 1) equal_halves += w == (philox_sr_word(s, static_cast<uint64_t>(i - 1)) >> 16);
+  }
+  const double sd = std::sqrt(n * 0.25);
+  for (int b = 0; b < 16; ++b) EXPECT_NEAR(bit_count[b], n / 2.0, 6 * sd) << "bit " << b;
+  EXPECT_LE(equal_halves, 20) << "expected about " << (n / 2) / 65536.0;
+}
+
 }  // namespace
 }  // namespace fp4

@@ -178,7 +178,7 @@ Ref ref_quantize(const std::vector<float>& x, int64_t rows, int64_t cols, const 
   const float target = spec.sr_headroom ? 96.0f / 17.0f : 6.0f;
   const bool sr = spec.rounding == Rounding::kSr;
   const int64_t nblk = cols / 16;
-  auto word = [&](int64_t i) { return sr ? philox_word(rnd.sr, static_cast<uint64_t>(i)) : 0u; };
+  auto word = [&](int64_t i) { return sr ? philox_sr_word(rnd.sr, static_cast<uint64_t>(i)) : 0u; };
   auto amax_of = [&](int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
     float m = 0.0f;
     for (int64_t r = r0; r < r0 + nr; ++r)
@@ -217,12 +217,13 @@ Ref ref_quantize(const std::vector<float>& x, int64_t rows, int64_t cols, const 
           const float t = amax_of(r, 1, b * 16, 16) / s_out / target;
           const uint8_t s = t == 0.0f ? 1 : static_cast<uint8_t>(test::ref_e4m3_encode(t));
           out.scales[r * nblk + b] = s;
+          // RECIPES.md section 2's encode-multiplier form: e = min(1/p, FLT_MAX), magnitudes |x| * e.
           const float p = e4m3_value(s) * s_out;
+          const float e = std::min(1.0f / p, 3.40282347e38f);
           for (int64_t c = b * 16; c < b * 16 + 16; ++c) {
             const float xv = x[r * cols + c];
             out.codes[r * cols + c] =
-                p == 0.0f ? (std::signbit(xv) ? 8 : 0)
-                          : ref_e2m1(std::copysign(std::fabs(xv) / p, xv), sr, word(r * cols + c));
+                ref_e2m1(std::copysign(std::min(std::fabs(xv) * e, 6.0f), xv), sr, word(r * cols + c));
           }
         }
       }

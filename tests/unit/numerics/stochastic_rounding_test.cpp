@@ -40,7 +40,7 @@ TEST(StochasticRounding, UnbiasedOnValuesAndBiasedWithRtn) {
       double sum = 0.0;
       int64_t ups = 0;
       for (int64_t k = 0; k < n; ++k) {
-        const float q = e2m1_decode(e2m1_encode_sr(v, philox_word(stream, index++)));
+        const float q = e2m1_decode(e2m1_encode_sr(v, philox_sr_word(stream, index++)));
         ASSERT_TRUE(std::fabs(q) == lo || std::fabs(q) == hi) << v << " -> " << q;
         ASSERT_EQ(std::signbit(q), std::signbit(v)) << v;
         sum += q;
@@ -59,6 +59,25 @@ TEST(StochasticRounding, UnbiasedOnValuesAndBiasedWithRtn) {
       if (std::min(mag - lo, hi - mag) > 0.02 * (hi - lo)) {
         EXPECT_GT(rtn_bias, 10.0 * sigma / std::sqrt(double(n))) << "RTN of " << v;
       }
+    }
+}
+
+// With 16 random bits a decision, the rounding probability is exact to 2^-16: over all 65536 values of the
+// half word, the mean of SR(v) is within gap * 2^-16 of v (RECIPES.md section 1's bound), on random values of
+// every binade, the grid points and the ties, both signs.
+TEST(StochasticRounding, SixteenBitDecisionsAreUnbiasedTo2PowMinus16) {
+  FP4_SEEDED_RNG(g);
+  std::vector<float> values = {0.0f, 0.25f, 0.5f, 0.75f, 1.25f, 2.5f, 3.5f, 5.0f, 6.0f, 1e-3f, 5.999f};
+  std::uniform_real_distribution<float> u(0.0f, 6.0f);
+  for (int i = 0; i < 40; ++i) values.push_back(u(g));
+  for (float mag : values)
+    for (float v : {mag, -mag}) {
+      double lo, hi;
+      neighbours(mag, lo, hi);
+      double sum = 0.0;
+      for (uint32_t h = 0; h < 65536u; ++h) sum += e2m1_decode(e2m1_encode_sr(v, h << 16));
+      const double mean = sum / 65536.0;
+      EXPECT_LE(std::fabs(mean - v), (hi - lo) * std::ldexp(1.0, -16) + 1e-12) << "v = " << v;
     }
 }
 

@@ -325,25 +325,6 @@ __device__ __forceinline__ float amax16_bf16(const uint4 (&w)[2], const float (&
   return amax_finite16(v, bad);
 }
 
-// block128_divisor with __frcp_rn (RN(1/m), the value of the reference's 1.0f / m) and a zero divisor
-// mapped to scale 0, which makes every finite quotient 0: nvfp4_encode_block128 returns the sign alone.
-// r == 0 still marks a divisor the fast quotient cannot take (encode16_fast's caller divides instead).
-__device__ __forceinline__ Block128Divisor block128_divisor_fast(float p) {
-  if (p == 0.0f) return Block128Divisor{1.0f, 1.0f, 0.0f};
-  if (!(p >= 1.1754943508222875e-38f && p <= 8.5070591730234616e+37f)) return Block128Divisor{p, 0.0f, 1.0f};
-  const uint32_t b = __float_as_uint(p);
-  const float m = __uint_as_float((b & 0x007FFFFFu) | 0x3F800000u);
-  return Block128Divisor{m, __frcp_rn(m), __uint_as_float((254u << 23) - (b & 0x7F800000u))};
-}
-
-// block128_quotient for a divisor with r != 0 (no division branch per element).
-__device__ __forceinline__ float block128_quotient_fast(float a, const Block128Divisor& d) {
-  const float x = __fmul_rn(a, d.scale);
-  float q = __fmul_rn(x, d.r);
-  q = __fmaf_rn(__fmaf_rn(-q, d.m, x), d.r, q);
-  return __fmaf_rn(__fmaf_rn(-q, d.m, x), d.r, q);
-}
-
 // Adds element i's E2M1 index to its nibble of w (the sign nibbles are already there). bits: the index in
 // bits 22..24, zeros below for RTN, left-over fraction bits below for SR (shifted out first).
 template <bool kSr>
@@ -355,44 +336,37 @@ __device__ __forceinline__ void add_index(uint32_t (&w)[2], int i, uint32_t bits
     w[i >> 3] += n <= 5 ? bits >> (22 - 4 * n) : bits << (4 * n - 22);
 }
 
-// Packed codes (low nibble = even element) of 16 values: E2M1 of |v| * mult (tensor: mult = e_b, whose
-// product keeps v's sign) or of block128_quotient(|v|, d), RTN or SR (word i of element idx0 + i), with
-// `signs` (sign nibbles) or'ed in. A nibble's index is added where its bits land (shift-and-add).
-template <bool kBlock128, bool kSr>
-__device__ __forceinline__ uint2 encode16_fast(const float (&v)[16], float mult, const Block128Divisor& d,
-                                               uint2 signs, const RngStream& rng, uint64_t idx0) {
+// Packed codes (low nibble = even element) of 16 values: E2M1 of RN(|v| * mult), mult = e_b (tensor) or
+// the block128 encode multiplier e, RTN or SR (philox_sr_word of element idx0 + i), with `signs` (sign
+// nibbles) or'ed in. A nibble's index is added where its bits land (shift-and-add).
+template <bool kSr>
+__device__ __forceinline__ uint2 encode16_fast(const float (&v)[16], float mult, uint2 signs,
+                                               const RngStream& rng, uint64_t idx0) {
   uint32_t w[2] = {signs.x, signs.y};
+  Philox4 r[2] = {{{0, 0, 0, 0}}, {{0, 0, 0, 0}}};
+  if constexpr (kSr) r[0] = philox_block(rng, idx0 >> 3), r[1] = philox_block(rng, (idx0 >> 3) + 1);
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    Philox4 r{{0, 0, 0, 0}};
-    if constexpr (kSr) r = philox_block(rng, (idx0 >> 2) + q);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int i = 4 * q + k;
-      const float a = kBlock128 ? block128_quotient_fast(fabsf(v[i]), d) : __fmul_rn(fabsf(v[i]), mult);
-      add_index<kSr>(w, i, kSr ? e2m1_sr_bits(a, r.v[k]) : e2m1_rtn_bits(a));
-    }
+  for (int i = 0; i < 16; ++i) {
+    const float a = __fmul_rn(fabsf(v[i]), mult);
+    add_index<kSr>(w, i, kSr ? e2m1_sr_bits(a, sr16_word(r[i >> 3], i)) : e2m1_rtn_bits(a));
   }
   return make_uint2(w[0], w[1]);
 }
 
-// encode16_fast's block128 codes for a block that block128_direct admits: the quotient on p itself and,
-// for RTN, the unsaturated rounding (quotients stay below 6.4). SR words from philox_block32: the caller
-// has checked that SR operands have fewer than 2^34 elements, so ctr0 + 3 = (idx0 + 15) / 4 fits 32 bits.
+// encode16_fast's block128 codes for a block that block128_direct admits (a normal scale code: every
+// |v| * e stays below 6.4, so RTN needs no saturation), SR words from philox_block32: the caller has checked
+// that SR operands have fewer than 2^34 elements; ctr0 = idx0 / 4, the 16 elements' SR words are those of
+// Philox blocks ctr0 / 2 and ctr0 / 2 + 1 (16-bit decisions, numerics/philox.h).
 template <bool kSr>
-__device__ __forceinline__ uint2 encode16_direct(const float (&v)[16], const Block128Recip& d, uint2 signs,
+__device__ __forceinline__ uint2 encode16_direct(const float (&v)[16], float e, uint2 signs,
                                                  const PhiloxStream32& rng, uint32_t ctr0) {
   uint32_t w[2] = {signs.x, signs.y};
+  Philox4 r[2] = {{{0, 0, 0, 0}}, {{0, 0, 0, 0}}};
+  if constexpr (kSr) r[0] = philox_block32(rng, ctr0 >> 1), r[1] = philox_block32(rng, (ctr0 >> 1) + 1);
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    Philox4 r{{0, 0, 0, 0}};
-    if constexpr (kSr) r = philox_block32(rng, ctr0 + static_cast<uint32_t>(q));
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int i = 4 * q + k;
-      const float a = block128_quotient_direct(fabsf(v[i]), d);
-      add_index<kSr>(w, i, kSr ? e2m1_sr_bits(a, r.v[k]) : e2m1_rtn_bits_below7(a));
-    }
+  for (int i = 0; i < 16; ++i) {
+    const float a = __fmul_rn(fabsf(v[i]), e);
+    add_index<kSr>(w, i, kSr ? e2m1_sr_bits(a, sr16_word(r[i >> 3], i)) : e2m1_rtn_bits_below7(a));
   }
   return make_uint2(w[0], w[1]);
 }
@@ -443,7 +417,7 @@ __device__ __forceinline__ uint8_t block128_scale_fast(float amax16, float outer
 
 // Whether a block with scale code `scale` and p = s_in * s_out takes encode16_direct: a normal E4M3 scale
 // (s_in >= t * 15/16, so every quotient is below 6.4 and RTN needs no saturation) and p in [2^-64, 2^64]
-// (block128_quotient_direct's range). A NaN p (non-finite block) fails the range test.
+// (the range the direct path was measured on). A NaN p (non-finite block) fails the range test.
 __device__ __forceinline__ bool block128_direct(uint8_t scale, float prod) {
   return scale >= 0x08 && block128_direct_ok(prod);
 }
@@ -497,19 +471,16 @@ __device__ __forceinline__ uint8_t scale_block128_16(const Nvfp4Params& p, const
 template <bool kBlock128, bool kSr>
 __device__ __forceinline__ uint2 encode16_mode(const float (&v)[16], float mult, const RngStream& rng,
                                                uint64_t idx0) {
-  const Block128Divisor divisor = kBlock128 ? block128_divisor(mult) : Block128Divisor{};  // once per block
+  const float e = kBlock128 ? block128_encode_multiplier(mult) : mult;  // once per block
   uint32_t w[2] = {0, 0};
+  Philox4 r[2] = {{{0, 0, 0, 0}}, {{0, 0, 0, 0}}};
+  if constexpr (kSr) r[0] = philox_block(rng, idx0 >> 3), r[1] = philox_block(rng, (idx0 >> 3) + 1);
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    Philox4 r{{0, 0, 0, 0}};
-    if constexpr (kSr) r = philox_block(rng, (idx0 >> 2) + q);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int i = 4 * q + k;
-      const uint8_t code = kBlock128 ? nvfp4_encode_block128(v[i], mult, divisor, kSr, r.v[k])
-                                     : nvfp4_encode_tensor(v[i], mult, kSr, r.v[k]);
-      w[i >> 3] |= static_cast<uint32_t>(code) << (4 * (i & 7));
-    }
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t random = sr16_word(r[i >> 3], i);
+    const uint8_t code =
+        kBlock128 ? nvfp4_encode_block128(v[i], e, kSr, random) : nvfp4_encode_tensor(v[i], e, kSr, random);
+    w[i >> 3] |= static_cast<uint32_t>(code) << (4 * (i & 7));
   }
   return make_uint2(w[0], w[1]);
 }

@@ -45,73 +45,47 @@ __device__ __forceinline__ float grid_value(uint32_t g, float x) {
   return mul_rn(bits_float((g & 0x01C00000u) | (float_bits(x) & 0x80000000u)), kTwoPow126);
 }
 
-// block128_quotient(|x|, d) for a divisor with d.r != 0 (the reciprocal path, always taken then).
-__device__ __forceinline__ float quotient_fast(float x, const Block128Divisor& d) {
-  const float s = mul_rn(fabsf(x), d.scale);
-  float q = mul_rn(s, d.r);
-  q = fma_rn(fma_rn(-q, d.m, s), d.r, q);
-  return fma_rn(fma_rn(-q, d.m, s), d.r, q);
-}
-
-// The element loop of encode_block: quot(v[i]) is the quotient |v[i]| / p (block128) and rtn its rounding.
+// The element loop of encode_block: quot(v[i]) is RN(|v[i]| * e) (block128) and rtn its rounding.
 template <bool kB128, bool kSr, bool kWantQ, typename Quotient, typename Rtn>
 __device__ __forceinline__ uint2 encode_elements(const float (&v)[16], float mult, const PhiloxStream32& rng,
                                                  uint32_t ctr0, float (&q)[16], Quotient quot, Rtn rtn) {
   uint32_t w[2] = {0, 0};
+  Philox4 r[2] = {{{0, 0, 0, 0}}, {{0, 0, 0, 0}}};
+  if constexpr (kSr) r[0] = philox_block32(rng, ctr0 >> 1), r[1] = philox_block32(rng, (ctr0 >> 1) + 1);
 #pragma unroll
-  for (int g = 3; g >= 0; --g) {
-    Philox4 r{{0, 0, 0, 0}};
-    if constexpr (kSr) r = philox_block32(rng, ctr0 + static_cast<uint32_t>(g));
-#pragma unroll
-    for (int k = 3; k >= 0; --k) {
-      const int i = 4 * g + k;
-      const float x = kB128 ? v[i] : mul_rn(v[i], mult);  // the value whose sign the code carries
-      const float a = kB128 ? quot(v[i]) : fabsf(x);
-      const uint32_t gb = kSr ? sr_grid_bits(a, r.v[k]) : rtn(a);
-      w[i >> 3] = push_code(w[i >> 3], gb, x);
-      if constexpr (kWantQ) q[i] = grid_value(gb, x);
-    }
+  for (int i = 15; i >= 0; --i) {
+    const float x = kB128 ? v[i] : mul_rn(v[i], mult);  // the value whose sign the code carries
+    const float a = kB128 ? quot(v[i]) : fabsf(x);
+    const uint32_t gb = kSr ? sr_grid_bits(a, sr16_word(r[i >> 3], i)) : rtn(a);
+    w[i >> 3] = push_code(w[i >> 3], gb, x);
+    if constexpr (kWantQ) q[i] = grid_value(gb, x);
   }
   return make_uint2(w[0], w[1]);
 }
 
 // Codes of a block (8 bytes, low nibble = element 0) and, when asked, the E2M1 values q of those codes.
 // mult is p = s_in * s_out (block128) or e_b (tensor). ctr0 = (operand index of element 0) / 4: the SR
-// words are Philox blocks ctr0 .. ctr0 + 3. The 32-bit counter (the host checks that the operand has fewer
-// than 2^34 elements) lets the stream's share of the Philox rounds be computed once (philox_block32);
-// the words are the same.
-// Block128 with `direct` (qk::block128_direct: a normal scale code and p in [2^-64, 2^64], the common case):
-// the quotient on p itself and the unsaturated RTN, the same bits (nvfp4_block.h). Otherwise a divisor
-// outside the reciprocal's range [2^-126, 2^126] (zero, subnormal) is scaled into it together with the
-// block (v is scaled in place: callers do not read it afterwards). By a power of two both are exact,
-// except values so far below p that their quotient, and so their code, is zero either way; p == 0 keeps a
-// zero divisor, whose quotients are 0 (the reference's sign-only codes). A NaN divisor (the NaN scale of a
-// non-finite block) gives NaN quotients, as the reference's division.
+// words (16 bits each, philox_sr_word) come from Philox blocks ctr0 / 2 and ctr0 / 2 + 1. The 32-bit counter
+// (the host checks that the operand has fewer than 2^34 elements) lets the stream's share of the Philox
+// rounds be computed once (philox_block32); the words are the same. Block128 magnitudes are RN(|x| * e)
+// with the block's encode multiplier e = block128_encode_multiplier(p) (nvfp4_block.h); with `direct`
+// (qk::block128_direct: a normal scale code, the common case) they stay below 6.4 and RTN needs no
+// saturation. A NaN p (the NaN scale of a non-finite block) gives NaN magnitudes, code index 7.
 // kDirect = false compiles the direct form out: an unrolled caller would carry both element loops per copy
 // (the aligned column pass's four kept blocks grew from 6.7k to 10.7k instructions and ran 1.5x slower).
 template <bool kB128, bool kSr, bool kWantQ, bool kDirect = true>
 __device__ __forceinline__ uint2 encode_block(float (&v)[16], float mult, bool direct,
                                               const PhiloxStream32& rng, uint32_t ctr0, float (&q)[16]) {
+  const float e = kB128 ? block128_encode_multiplier(mult) : mult;
   if constexpr (kB128 && kDirect) {
     if (direct) {
-      const Block128Recip dr = block128_recip(mult);
       return encode_elements<true, kSr, kWantQ>(
-          v, mult, rng, ctr0, q, [&](float x) { return block128_quotient_direct(fabsf(x), dr); },
+          v, mult, rng, ctr0, q, [&](float x) { return mul_rn(fabsf(x), e); },
           [](float a) { return e2m1_rtn_bits_below7(a); });
     }
   }
-  if constexpr (kB128) {
-    if (!(mult >= kTwoPowMinus126 && mult <= kTwoPow126)) {
-      const float k = mult > 1.0f ? 5.9604644775390625e-8f : 16777216.0f;  // 2^-24 or 2^24
-#pragma unroll
-      for (int i = 0; i < 16; ++i) v[i] = mul_rn(v[i], k);
-      mult = mul_rn(mult, k);
-    }
-  }
-  const Block128Divisor d =
-      kB128 ? qk::block128_divisor_fast(mult) : Block128Divisor{};  // RN(1/m) by __frcp_rn
   return encode_elements<kB128, kSr, kWantQ>(
-      v, mult, rng, ctr0, q, [&](float x) { return quotient_fast(x, d); },
+      v, mult, rng, ctr0, q, [&](float x) { return mul_rn(fabsf(x), e); },
       [](float a) { return rtn_grid_bits(a); });
 }
 

@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, rows_min_blocks(T, kBlock128, kSr, k
         if (o.ok && direct_words) {
           outer = o.outer;
           scale = o.scale;
-          codes = qk::encode16_direct<kSr>(v, block128_recip(o.prod), signs, p.philox,
+          codes = qk::encode16_direct<kSr>(v, block128_encode_multiplier(o.prod), signs, p.philox,
                                            static_cast<uint32_t>(i0 >> 2));
           done = true;
         }
@@ -180,14 +180,13 @@ __global__ void __launch_bounds__(kThreads, rows_min_blocks(T, kBlock128, kSr, k
           scale = bad ? kE4m3Nan : qk::block128_scale_fast(amax16, outer, p);
         const float prod = bad ? e4m3_decode(kE4m3Nan) : __fmul_rn(qk::e4m3_value(scale), outer);
         if (kFos && qk::block128_direct(scale, prod) && direct_words) {
-          codes = qk::encode16_direct<kSr>(v, block128_recip(prod), signs, p.philox,
+          codes = qk::encode16_direct<kSr>(v, block128_encode_multiplier(prod), signs, p.philox,
                                            static_cast<uint32_t>(i0 >> 2));
-        } else {
-          const Block128Divisor d = qk::block128_divisor_fast(prod);
-          if (d.r != 0.0f)
-            codes = qk::encode16_fast<true, kSr>(v, 0.0f, d, signs, p.rng, static_cast<uint64_t>(i0));
-          else  // NaN (non-finite block), subnormal or huge divisor: the reference encoder divides
-            codes = qk::encode16_mode<true, kSr>(v, prod, p.rng, static_cast<uint64_t>(i0));
+        } else if (!bad) {
+          codes = qk::encode16_fast<kSr>(v, block128_encode_multiplier(prod), signs, p.rng,
+                                         static_cast<uint64_t>(i0));
+        } else {  // a non-finite block (NaN scale): the reference encoder, element by element
+          codes = qk::encode16_mode<true, kSr>(v, prod, p.rng, static_cast<uint64_t>(i0));
         }
       }
     } else {
@@ -198,8 +197,7 @@ __global__ void __launch_bounds__(kThreads, rows_min_blocks(T, kBlock128, kSr, k
         scale = bad ? kE4m3Nan : tensor_scale(p, t, amax16);
       // A NaN scale gives e_b = NaN and every product NaN: code 0x7 whatever the element's sign.
       if (bad) signs = make_uint2(0, 0);
-      codes = qk::encode16_fast<false, kSr>(v, t.e_table[scale], Block128Divisor{}, signs, p.rng,
-                                            static_cast<uint64_t>(i0));
+      codes = qk::encode16_fast<kSr>(v, t.e_table[scale], signs, p.rng, static_cast<uint64_t>(i0));
     }
     if (b < nblocks) store_block(a, b, kBlock128, codes, scale, outer);
   };
@@ -278,9 +276,8 @@ __global__ void __launch_bounds__(kThreads, 2) quantize_tiles_kernel(QuantArgs a
     const bool bad = key == 0xFFFFFFFFu;
     const uint8_t scale = bad ? kE4m3Nan : tensor_scale(p, t, __uint_as_float(key));
     const int64_t i0 = row[s] * a.cols + c0;
-    const uint2 codes =
-        qk::encode16_fast<false, kSr>(v[s], t.e_table[scale], Block128Divisor{},
-                                      bad ? make_uint2(0, 0) : signs[s], p.rng, static_cast<uint64_t>(i0));
+    const uint2 codes = qk::encode16_fast<kSr>(v[s], t.e_table[scale], bad ? make_uint2(0, 0) : signs[s],
+                                               p.rng, static_cast<uint64_t>(i0));
     if (row[s] < a.rows && c0 < a.cols) store_block(a, i0 / 16, false, codes, scale, p.ts.s_dec);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) a.out.outer[0] = p.ts.s_dec;
