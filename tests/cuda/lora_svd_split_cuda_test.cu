@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -118,6 +119,75 @@ TEST(LoraSvdSplitCudaErrors, RankOutsideTheLayerIsRefused) {
               std::string::npos)
         << msg;
   }
+}
+
+// LoraSvdBases: the U of several layers of different shapes from one wait, each bit for bit the CPU's
+// cholesky_qr2 of that layer's L2; after L2 changes (as an optimizer step does) the next download and basis
+// give the new U; a slot whose L2 was never downloaded is refused.
+TEST(LoraSvdBasesCuda, EveryLayersBasisIsTheCpusAndFollowsL2) {
+  const uint32_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const std::vector<std::pair<int, int>> shapes = {{96, 8}, {33, 1}, {512, 32}, {1536, 16}};
+  cuda::LoraSvdBases bases;
+  std::vector<int> slots;
+  std::vector<DeviceBuffer<float>> l2_dev;
+  std::vector<std::vector<float>> l2_host;
+  for (const auto& [out, r] : shapes) {
+    slots.push_back(bases.add_layer(out, r));
+    l2_host.push_back(gaussian(rng, size_t(out) * r, 0.1f));
+    l2_dev.push_back(on_device(l2_host.back()));
+  }
+  const std::string never = testing::error_of([&] { bases.basis(slots[0], nullptr); });
+  EXPECT_NE(never.find("has no basis"), std::string::npos) << never;
+  for (int round = 0; round < 2; ++round) {
+    for (size_t k = 0; k < shapes.size(); ++k) bases.queue_download(slots[k], l2_dev[k].data(), nullptr);
+    for (size_t k = shapes.size(); k-- > 0;) {  // backward order: the last layer first
+      const auto [out, r] = shapes[k];
+      DeviceBuffer<float> got(size_t(out) * r);
+      FP4_CUDA_CHECK(
+          cudaMemcpy(got.data(), bases.basis(slots[k], nullptr), got.bytes(), cudaMemcpyDeviceToDevice));
+      testing::expect_same_floats(cholesky_qr2(l2_host[k].data(), out, r), on_host(got),
+                                  "U of layer " + std::to_string(k) + ", round " + std::to_string(round));
+    }
+    // An optimizer step changes every L2.
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      for (float& x : l2_host[k]) x += 0.01f * std::normal_distribution<float>(0.0f, 1.0f)(rng);
+      l2_dev[k].upload(l2_host[k].data(), l2_host[k].size());
+    }
+  }
+  const std::string bad = testing::error_of([&] { bases.basis(7, nullptr); });
+  EXPECT_NE(bad.find("no slot 7"), std::string::npos) << bad;
+}
+
+// The two split forms agree: with U from LoraSvdBases the gradients are the same bits as the form that
+// computes U itself.
+TEST(LoraSvdBasesCuda, SplitWithTheBasisEqualsTheSelfContainedSplit) {
+  const uint32_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int out = 200, in = 136, r = 12;
+  const std::vector<float> dw = gaussian(rng, size_t(out) * in, 1.0f),
+                           l1 = gaussian(rng, size_t(r) * in, 0.1f),
+                           l2 = gaussian(rng, size_t(out) * r, 0.1f), g0 = gaussian(rng, dw.size(), 1.0f),
+                           g1 = gaussian(rng, l1.size(), 1.0f), g2 = gaussian(rng, l2.size(), 1.0f);
+  DeviceBuffer<float> ddw = on_device(dw), dl1 = on_device(l1), dl2 = on_device(l2);
+  DeviceBuffer<float> a0 = on_device(g0), a1 = on_device(g1), a2 = on_device(g2);
+  DeviceBuffer<float> b0 = on_device(g0), b1 = on_device(g1), b2 = on_device(g2);
+  cuda::GemmF32Runner gemm;
+  cuda::LoraSvdSplitWorkspace ws;
+  cuda::lora_svd_split_gradient(ddw.data(), dl1.data(), dl2.data(), out, in, r, 0.5f, a0.data(), a1.data(),
+                                a2.data(), ws, gemm, nullptr);
+  cuda::LoraSvdBases bases;
+  const int slot = bases.add_layer(out, r);
+  bases.queue_download(slot, dl2.data(), nullptr);
+  cuda::lora_svd_split_gradient_with_basis(ddw.data(), bases.basis(slot, nullptr), dl1.data(), dl2.data(),
+                                           out, in, r, 0.5f, b0.data(), b1.data(), b2.data(), ws, gemm,
+                                           nullptr);
+  FP4_CUDA_CHECK(cudaDeviceSynchronize());
+  testing::expect_same_floats(on_host(a0), on_host(b0), "grad W_res");
+  testing::expect_same_floats(on_host(a1), on_host(b1), "grad L1");
+  testing::expect_same_floats(on_host(a2), on_host(b2), "grad L2");
 }
 
 }  // namespace

@@ -18,7 +18,13 @@ class LoraSvdLinearCuda final : public LinearCuda, public OutControlLinear {
  public:
   LoraSvdLinearCuda(const LinearSpec& spec, const DeviceWeight& w_res, const LoraSvdFactors& f,
                     LoraSvdCudaShared& shared, GemmRunner& gemm, cudaStream_t stream)
-      : LinearCuda(spec), w_res_(w_res), f_(f), shared_(shared), gemm_(gemm), stream_(stream) {
+      : LinearCuda(spec),
+        w_res_(w_res),
+        f_(f),
+        shared_(shared),
+        gemm_(gemm),
+        stream_(stream),
+        basis_slot_(shared.bases().add_layer(spec.out_features, f.rank)) {
     // The NVFP4 layer accumulates its wgrad into the shared buffer, which backward() zeroes and splits.
     inner_ =
         make_quant_linear_cuda(spec_, DeviceWeight{w_res.master, w_res.value, shared_.dw()}, gemm_, stream_);
@@ -28,6 +34,7 @@ class LoraSvdLinearCuda final : public LinearCuda, public OutControlLinear {
     const int in = spec_.in_features, out = spec_.out_features, r = f_.rank;
     inner_->lend_workspace(workspace_, workspace_size_);
     inner_->forward(x, y, n);
+    shared_.bases().queue_download(basis_slot_, f_.l2.master, stream_);  // for this micro-batch's backward
     bf16* xl1 = shared_.low_rank(static_cast<size_t>(n) * r);
     gemm_.gemm(false, true, n, r, in, 1.0f, x, in, f_.l1.value, in, 0.0f, xl1, r, stream_);
     gemm_.gemm(false, true, n, out, r, f_.beta, xl1, r, f_.l2.value, r, 1.0f, y, out, stream_);
@@ -45,8 +52,10 @@ class LoraSvdLinearCuda final : public LinearCuda, public OutControlLinear {
       gemm_.gemm(false, false, n, in, r, f_.beta, dyl2, r, f_.l1.value, in, 1.0f, dx.bf16_out, in, stream_);
     else
       gemm_.gemm(false, false, n, in, r, f_.beta, dyl2, r, f_.l1.value, in, 1.0f, dx.f32_out, in, stream_);
-    lora_svd_split_gradient(shared_.dw(), f_.l1.master, f_.l2.master, out, in, r, f_.beta, w_res_.grad,
-                            f_.l1.grad, f_.l2.grad, shared_.split(), shared_.gemm_f32(), stream_);
+    const float* u = shared_.bases().basis(basis_slot_, stream_);
+    lora_svd_split_gradient_with_basis(shared_.dw(), u, f_.l1.master, f_.l2.master, out, in, r, f_.beta,
+                                       w_res_.grad, f_.l1.grad, f_.l2.grad, shared_.split(),
+                                       shared_.gemm_f32(), stream_);
   }
 
   bool backward_reads_input() const override { return false; }  // the NVFP4 layer keeps its packed X^T
@@ -67,6 +76,7 @@ class LoraSvdLinearCuda final : public LinearCuda, public OutControlLinear {
   LoraSvdCudaShared& shared_;
   GemmRunner& gemm_;
   cudaStream_t stream_;
+  int basis_slot_;  // this layer's U in shared_.bases()
   std::unique_ptr<LinearCuda> inner_;
 };
 

@@ -30,15 +30,18 @@ class LoraSvdCudaShared {
   size_t dw_capacity() const { return dw_.size(); }
   bf16* low_rank(size_t count);  // grows on demand (the first step of a shape)
   LoraSvdSplitWorkspace& split() { return split_; }
+  LoraSvdBases& bases() { return bases_; }
   GemmF32Runner& gemm_f32() { return gemm_f32_; }
   size_t bytes() const {
-    return dw_.bytes() + low_.bytes() + split_.u.bytes() + split_.c.bytes() + split_.p.bytes();
+    return dw_.bytes() + low_.bytes() + split_.u.bytes() + split_.c.bytes() + split_.p.bytes() +
+           bases_.bytes();
   }
 
  private:
   DeviceBuffer<float> dw_;
   DeviceBuffer<bf16> low_;
   LoraSvdSplitWorkspace split_;
+  LoraSvdBases bases_;
   GemmF32Runner gemm_f32_;
 };
 
