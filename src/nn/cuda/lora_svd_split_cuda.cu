@@ -38,6 +38,15 @@ PinnedFloats::PinnedFloats(PinnedFloats&& o) noexcept : data_(o.data_) {
   o.data_ = nullptr;
 }
 
+PinnedFloats& PinnedFloats::operator=(PinnedFloats&& o) noexcept {
+  if (this != &o) {
+    if (data_ != nullptr) cudaFreeHost(data_);
+    data_ = o.data_;
+    o.data_ = nullptr;
+  }
+  return *this;
+}
+
 int LoraSvdBases::add_layer(int out, int r) {
   FP4_CHECK(out >= 1 && r >= 1 && r <= out, "LoraSvdBases: L2 [", out, " x ", r, "] needs 1 <= r <= out");
   Slot s;
