@@ -13,8 +13,13 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kSumBlocks = 240;  // fixed, so every sum of squares adds in the same order
 
-int64_t round_up16(int64_t n) {
-  return (n + 15) / 16 * 16;
+// The padded length of a wide-orientation dimension: NVFP4 pads to its 16-element blocks, BF16 to 8
+// elements so that every BF16 row starts 16-byte aligned, as the tensor-core GEMMs want. Zero rows and
+// columns stay zero through the iteration, so padding does not change the result.
+int64_t padded(int64_t n, NsPrecision p) {
+  if (p == NsPrecision::kNvfp4) return (n + 15) / 16 * 16;
+  if (p == NsPrecision::kBf16) return (n + 7) / 8 * 8;
+  return n;
 }
 unsigned grid_for(int64_t n) {
   return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
@@ -216,7 +221,7 @@ void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsO
   FP4_CHECK(trace == nullptr || q, "newton_schulz (CUDA): a trace of the operands needs NVFP4 operands");
   const bool tall = rows > cols;
   const int64_t r0 = tall ? cols : rows, c0 = tall ? rows : cols;
-  const int64_t r = q ? round_up16(r0) : r0, c = q ? round_up16(c0) : c0;
+  const int64_t r = padded(r0, precision_), c = padded(c0, precision_);
   reserve(r * c, r * r);
   const int ri = static_cast<int>(r), ci = static_cast<int>(c);
   const NsCoefficients& k = opt.coef;

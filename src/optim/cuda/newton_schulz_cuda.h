@@ -3,7 +3,8 @@
 //  - kFp32: every product an FP32 cuBLASLt GEMM (no TF32); the result differs from the CPU's only by
 //    the order of the FP32 sums inside the GEMMs (and of the double sum of squares of the normalization).
 //  - kBf16 ("root-bf16"): each product's operands rounded to BF16 (nearest even, f32_to_bf16) and
-//    multiplied on BF16 tensor cores with FP32 accumulation and output (GemmRunner); the a X term, the
+//    multiplied on BF16 tensor cores with FP32 accumulation and output (GemmRunner), the wide iterate
+//    zero-padded to multiples of 8 (aligned BF16 rows; no effect on the result); the a X term, the
 //    polynomial and the normalization are kFp32's kernels. The CPU's kBf16 rounds the same operands to the
 //    same values, so the results again differ only by the order of the FP32 sums.
 //  - kNvfp4 (Q-Root): each product's operands quantized by the device quantizers
