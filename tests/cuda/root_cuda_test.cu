@@ -122,8 +122,8 @@ struct RootCase {
   // Q-Root is CudaQRootTrace: every operand's bytes and every product on the device's own values.
   // BF16 (root-bf16): |dW_gpu - dW_cpu|_F <= tol |dW_cpu|_F. Both sides round the same operands, but an
   // FP32 summation-order difference next to a BF16 rounding boundary flips that operand's rounding and NS
-  // amplifies it: at most 0.024 of |X|_F over 600 matrices of these shapes (an FP32-vs-FP64-accumulation
-  // model); tol = 0.1. The check that the device's operands are BF16 is CudaNewtonSchulz
+  // amplifies it: at most 0.024 of |X|_F on these shapes (scripts/experiments/ns_summation_order.py);
+  // tol = 0.1. The check that the device's operands are BF16 is CudaNewtonSchulz
   // (newton_schulz_cuda_test.cu).
   double tol;
   bool frobenius;
