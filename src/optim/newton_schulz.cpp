@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "numerics/formats.h"
 #include "numerics/quantize.h"
 #include "ops/ops.h"
 
@@ -31,24 +32,35 @@ std::vector<float> fake_quant(const std::vector<float>& x, int64_t rows, int64_t
   return out;
 }
 
-// The iteration on a wide X [r x c] (r <= c), in place. FP32 or NVFP4 operands per opt.precision.
+// x rounded to BF16 (nearest even) and back: a kBf16 product operand.
+std::vector<float> bf16_round(const std::vector<float>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = round_to_bf16(x[i]);
+  return out;
+}
+
+// The iteration on a wide X [r x c] (r <= c), in place. FP32, NVFP4 or BF16 operands per opt.precision;
+// sums and the a X term stay FP32 in every precision.
 void iterate(std::vector<float>& x, int64_t r, int64_t c, const NsOptions& opt) {
-  const bool q = opt.precision == NsPrecision::kNvfp4;
+  const bool q = opt.precision == NsPrecision::kNvfp4, h = opt.precision == NsPrecision::kBf16;
   const int ri = static_cast<int>(r), ci = static_cast<int>(c);
   std::vector<float> a(r * r), a2(r * r), poly(r * r), next(r * c), xt;
   for (int s = 0; s < opt.steps; ++s) {
     const uint64_t op = static_cast<uint64_t>(s) * 4;
-    // A = X X^T: both operands are X quantized along c.
-    const std::vector<float> xq = q ? fake_quant(x, r, c, BlockShape::k1x16, opt, op) : std::vector<float>{};
-    const float* xa = q ? xq.data() : x.data();
+    // A = X X^T: both operands are X (quantized along c, or BF16-rounded).
+    std::vector<float> xq;
+    if (q) xq = fake_quant(x, r, c, BlockShape::k1x16, opt, op);
+    if (h) xq = bf16_round(x);
+    const float* xa = q || h ? xq.data() : x.data();
     cpu::gemm(false, true, ri, ri, ci, 1.0f, xa, ci, xa, ci, 0.0f, a.data(), ri);
     // BLAS need not return bit-symmetric A; 16x16 tiles of a symmetric A make A^ and A^^T the same values.
     for (int64_t i = 0; i < r; ++i)
       for (int64_t j = i + 1; j < r; ++j) a[j * r + i] = a[i * r + j];
-    // A^2 = A A: A in 16x16 tiles serves as both operands.
-    const std::vector<float> aq =
-        q ? fake_quant(a, r, r, BlockShape::k16x16, opt, op + 1) : std::vector<float>{};
-    const float* aa = q ? aq.data() : a.data();
+    // A^2 = A A: A in 16x16 tiles (or BF16-rounded) serves as both operands.
+    std::vector<float> aq;
+    if (q) aq = fake_quant(a, r, r, BlockShape::k16x16, opt, op + 1);
+    if (h) aq = bf16_round(a);
+    const float* aa = q || h ? aq.data() : a.data();
     cpu::gemm(false, false, ri, ri, ri, 1.0f, aa, ri, aa, ri, 0.0f, a2.data(), ri);
     for (int64_t i = 0; i < r * r; ++i) poly[i] = opt.coef.b * a[i] + opt.coef.c * a2[i];
     // next = a X + P X: P quantized along its columns, X along its rows (X^T along r).
@@ -59,6 +71,10 @@ void iterate(std::vector<float>& x, int64_t r, int64_t c, const NsOptions& opt) 
       transpose(x.data(), r, c, xt.data());
       const std::vector<float> xtq = fake_quant(xt, c, r, BlockShape::k1x16, opt, op + 3);
       cpu::gemm(false, true, ri, ci, ri, 1.0f, pq.data(), ri, xtq.data(), ri, opt.coef.a, next.data(), ci);
+    } else if (h) {
+      // X was rounded for A above and has not changed since.
+      const std::vector<float> pq = bf16_round(poly);
+      cpu::gemm(false, false, ri, ci, ri, 1.0f, pq.data(), ri, xq.data(), ci, opt.coef.a, next.data(), ci);
     } else {
       cpu::gemm(false, false, ri, ci, ri, 1.0f, poly.data(), ri, x.data(), ci, opt.coef.a, next.data(), ci);
     }
@@ -67,6 +83,18 @@ void iterate(std::vector<float>& x, int64_t r, int64_t c, const NsOptions& opt) 
 }
 
 }  // namespace
+
+const char* ns_precision_name(NsPrecision p) {
+  switch (p) {
+    case NsPrecision::kFp32:
+      return "FP32";
+    case NsPrecision::kNvfp4:
+      return "NVFP4";
+    case NsPrecision::kBf16:
+      return "BF16";
+  }
+  return "unknown";
+}
 
 QuantSpec ns_operand_spec(BlockShape block, const NsOptions& opt) {
   QuantSpec spec;

@@ -1,8 +1,11 @@
 // Newton-Schulz orthogonalization of a momentum matrix (RECIPES.md section 8.3), the core of Muon and
 // ROOT: X <- B / ||B||_F, then `steps` times X <- a X + (b A + c A^2) X with A = X X^T. The iteration is
 // run in the wide orientation (rows <= cols) so A is the smaller Gram matrix; a tall input is transposed
-// in and out, which gives the same result as the A = X^T X form. Two precisions:
+// in and out, which gives the same result as the A = X^T X form. Three precisions:
 //  - kFp32: every product an FP32 GEMM (OpenBLAS);
+//  - kBf16 (Q-Root's fair baseline, "root-bf16"): every product's operands rounded to BF16 (nearest even),
+//    accumulated in FP32 with an FP32 result; normalization, coefficients and the polynomial's sums and
+//    scalings (a X, b A, c A^2) as kFp32, so X in the a X term stays FP32;
 //  - kNvfp4 (Q-Root): every matrix product has its operands quantized to NVFP4 (1x16 blocks along the
 //    product's reduction dimension, the symmetric A in 16x16 tiles, per-tensor FP32 outer scale) and is
 //    accumulated in FP32. Sums and scalings (a X, b A) stay FP32. Dimensions that are not multiples of 16
@@ -38,7 +41,10 @@ inline constexpr NsCoefficients kQRootNsCoefficients{1.875f, -1.25f, 0.375f};
 // NS(X)^T: (2048,2048), (2048,3072), (2048,8192); every other shape gets Muon's coefficients.
 NsCoefficients ns_coefficients_for_shape(int64_t rows, int64_t cols);
 
-enum class NsPrecision : uint8_t { kFp32, kNvfp4 };
+enum class NsPrecision : uint8_t { kFp32, kNvfp4, kBf16 };
+
+// "FP32", "NVFP4" or "BF16": the operand format, for messages.
+const char* ns_precision_name(NsPrecision p);
 
 struct NsOptions {
   NsCoefficients coef = kMuonNsCoefficients;

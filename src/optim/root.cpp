@@ -39,6 +39,18 @@ float clip_to_abs_quantile(std::span<float> x, double q) {
   return eps;
 }
 
+std::string root_optimizer_name(NsPrecision p) {
+  switch (p) {
+    case NsPrecision::kFp32:
+      return "root";
+    case NsPrecision::kBf16:
+      return "root-bf16";
+    case NsPrecision::kNvfp4:
+      return "q-root";
+  }
+  FP4_THROW("root_optimizer_name: unknown Newton-Schulz precision ", static_cast<int>(p));
+}
+
 bool root_eligible(const ParameterInfo& info) {
   return info.shape.size() == 2 && info.name != "embed" && info.name != "lm_head";
 }

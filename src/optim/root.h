@@ -25,9 +25,10 @@ struct RootOptions {
   double clip_quantile = 0.99;
   float update_scale = 0.2f;  // times sqrt(max(rows, cols)): matches AdamW's update RMS
   int ns_steps = kNsDefaultSteps;
-  NsPrecision precision = NsPrecision::kFp32;  // kNvfp4: Q-Root
+  NsPrecision precision = NsPrecision::kFp32;  // kNvfp4: Q-Root; kBf16: its BF16-operand baseline
   Rounding rounding = Rounding::kRtn;          // of Q-Root's NS operands
-  // Unset: ns_coefficients_for_shape in FP32, kQRootNsCoefficients in NVFP4 (the table diverges there).
+  // Unset: ns_coefficients_for_shape in FP32 and BF16, kQRootNsCoefficients in NVFP4 (the table diverges
+  // there).
   std::optional<NsCoefficients> coefficients;
 };
 
@@ -41,6 +42,10 @@ float abs_quantile(std::span<const float> x, double q);
 // Clamps x to [-eps, eps] with eps = abs_quantile(x, q); returns eps.
 float clip_to_abs_quantile(std::span<float> x, double q);
 
+// The optimizer name of ROOT with this Newton-Schulz precision: "root" (kFp32), "root-bf16" (kBf16) or
+// "q-root" (kNvfp4); the CPU RootOptimizer and the CUDA DeviceRoot both answer it.
+std::string root_optimizer_name(NsPrecision p);
+
 // Whether ROOT updates this parameter: 2-D, and neither the embedding ("embed") nor the head ("lm_head").
 bool root_eligible(const ParameterInfo& info);
 
@@ -50,8 +55,8 @@ struct RootStepInfo {
 };
 
 // The Newton-Schulz options of a ROOT step on a [rows x cols] matrix: opt's steps, precision and rounding,
-// its coefficients or else the shape's table (FP32) / kQRootNsCoefficients (NVFP4), SR from `sr`. Shared by
-// root_step and its device form (optim/cuda/root_cuda.cu).
+// its coefficients or else the shape's table (FP32, BF16) / kQRootNsCoefficients (NVFP4), SR from `sr`.
+// Shared by root_step and its device form (optim/cuda/root_cuda.cu).
 NsOptions root_ns_options(const RootOptions& opt, int64_t rows, int64_t cols, RngStream sr);
 
 // One ROOT step of the momentum matrix `m` and weight `w` ([rows x cols], row-major) with gradient `g`.

@@ -10,19 +10,11 @@
 
 namespace fp4 {
 
-namespace {
-
-std::string optimizer_name(NsPrecision p) {
-  return p == NsPrecision::kNvfp4 ? "q-root" : "root";
-}
-
-}  // namespace
-
 RootOptimizer::RootOptimizer(const ParameterSet& params, const OptimizerPlacement& place, uint64_t seed,
                              NsPrecision precision, RootOptions opt)
     : opt_(opt), shard_{0, params.numel()} {
   opt_.precision = precision;
-  const std::string me = "optimizer '" + optimizer_name(precision) + "'";
+  const std::string me = "optimizer '" + root_optimizer_name(precision) + "'";
   FP4_CHECK(
       !place.comm || place.comm->world_size() == 1, me, ": data parallelism (", place.comm->world_size(),
       " ranks) is not supported: Newton-Schulz needs each matrix's whole gradient, and gradients are ",
@@ -45,7 +37,7 @@ RootOptimizer::RootOptimizer(const ParameterSet& params, const OptimizerPlacemen
 }
 
 std::string RootOptimizer::name() const {
-  return optimizer_name(opt_.precision);
+  return root_optimizer_name(opt_.precision);
 }
 
 void RootOptimizer::check_layout(const ParameterSet& ps, const char* what) const {

@@ -4,9 +4,9 @@
 // every other parameter is updated by the existing AdamW, with the same StepHyper, through a compact
 // ParameterSet of those parameters alone (so AdamW keeps moments for them only).
 //
-// Checkpoint: "root.m.<name>" (F32, the matrix's shape) per ROOT matrix, "root.step" (I64 [1]), and the
-// AdamW part in AdamW's own layout ("adamw.m.<name>", "adamw.v.<name>" for the AdamW parameters only,
-// "adamw.step").
+// Checkpoint (the same for root, root-bf16 and q-root): "root.m.<name>" (F32, the matrix's shape) per ROOT
+// matrix, "root.step" (I64 [1]), and the AdamW part in AdamW's own layout ("adamw.m.<name>", "adamw.v.<name>"
+// for the AdamW parameters only, "adamw.step").
 //
 // Data parallelism is refused: NS needs each matrix's whole gradient, and the engines reduce-scatter
 // gradients to ZeRO-1 shards that cut matrices (see docs/OPTIMIZERS.md).
@@ -27,9 +27,9 @@ inline constexpr const char* kRootStepName = "root.step";
 
 class RootOptimizer final : public Optimizer {
  public:
-  // precision kFp32: "root"; kNvfp4: "q-root" (NVFP4 Newton-Schulz operands). `opt.precision` is
-  // overwritten by `precision`. Throws fp4::Error when placed on more than one rank or when the options
-  // are out of range.
+  // precision kFp32: "root"; kBf16: "root-bf16" (BF16 Newton-Schulz operands, Q-Root's fair baseline);
+  // kNvfp4: "q-root" (NVFP4 Newton-Schulz operands). `opt.precision` is overwritten by `precision`. Throws
+  // fp4::Error when placed on more than one rank or when the options are out of range.
   RootOptimizer(const ParameterSet& params, const OptimizerPlacement& place, uint64_t seed,
                 NsPrecision precision, RootOptions opt = {});
 

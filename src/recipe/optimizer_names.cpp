@@ -3,11 +3,11 @@
 namespace fp4 {
 
 bool is_known_optimizer(const std::string& name) {
-  return name == "adamw" || name == "q-adamw" || name == "root" || name == "q-root";
+  return name == "adamw" || name == "q-adamw" || name == "root" || name == "root-bf16" || name == "q-root";
 }
 
 std::string known_optimizers() {
-  return "adamw, q-adamw, root, q-root";
+  return "adamw, q-adamw, root, root-bf16, q-root";
 }
 
 }  // namespace fp4

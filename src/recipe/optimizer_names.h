@@ -7,6 +7,6 @@
 namespace fp4 {
 
 bool is_known_optimizer(const std::string& name);
-std::string known_optimizers();  // "adamw, q-adamw, root, q-root"
+std::string known_optimizers();  // "adamw, q-adamw, root, root-bf16, q-root"
 
 }  // namespace fp4

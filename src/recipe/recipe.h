@@ -73,7 +73,7 @@ struct Recipe {
   std::string description;
   LinearPolicy linear;              // applied to every quantized linear
   std::vector<int> bf16_layers;     // block indices kept in BF16; negative counts from the end
-  std::string optimizer = "adamw";  // adamw, q-adamw, root or q-root (optim/optimizer.h)
+  std::string optimizer = "adamw";  // adamw, q-adamw, root, root-bf16 or q-root (optim/optimizer.h)
   OsciResetConfig osci_reset;
   OutControlConfig out_control;
   AttentionConfig attention;

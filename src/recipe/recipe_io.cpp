@@ -503,9 +503,11 @@ void validate(const Recipe& r) {
     FP4_CHECK(p.quantized(), name,
               ": lora_svd protects the quantized linears, but this recipe quantizes none");
     FP4_CHECK(
-        r.optimizer == "adamw" || r.optimizer == "root" || r.optimizer == "q-root", name,
+        r.optimizer == "adamw" || r.optimizer == "root" || r.optimizer == "root-bf16" ||
+            r.optimizer == "q-root",
+        name,
         ": lora_svd resets the optimizer moments of its factors at each realignment, which only optimizer ",
-        "adamw, root and q-root implement (got '", r.optimizer, "')");
+        "adamw, root, root-bf16 and q-root implement (got '", r.optimizer, "')");
   }
 }
 

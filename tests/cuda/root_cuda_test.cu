@@ -2,7 +2,8 @@
 // the same matrices and gradients give bit-identical momenta, clipping thresholds and AdamW parts, and
 // updates within the FP32 GEMMs' summation-order tolerance; Q-Root's first Newton-Schulz operands are the
 // CPU quantizer's bytes; failures are refused as the CPU refuses them, leaving the state unchanged; the CUDA
-// engine trains with root and tetrajet-v2-qroot and its checkpoint moves to the CPU engine and back.
+// engine trains with root, root-bf16 and tetrajet-v2-qroot and its checkpoint moves to the CPU engine and
+// back.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -119,6 +120,11 @@ struct RootCase {
   // decision (or the tensor scale) and the runs separate by up to 0.15 of |X|_F, i.e. by NVFP4's own
   // noise. tol = 0.5 bounds that; an unrelated X of the same norm is ~1.4 away. The tight check of
   // Q-Root is CudaQRootTrace: every operand's bytes and every product on the device's own values.
+  // BF16 (root-bf16): |dW_gpu - dW_cpu|_F <= tol |dW_cpu|_F. Both sides round the same operands, but an
+  // FP32 summation-order difference next to a BF16 rounding boundary flips that operand's rounding and NS
+  // amplifies it: at most 0.024 of |X|_F on these shapes (scripts/experiments/ns_summation_order.py);
+  // tol = 0.1. The check that the device's operands are BF16 is CudaNewtonSchulz
+  // (newton_schulz_cuda_test.cu).
   double tol;
   bool frobenius;
 };
@@ -261,12 +267,13 @@ TEST_P(CudaRootSteps, FiveStepsFollowTheCpuRoot) {
   expect_same_state(cpu.save_state(ps), other.save_state(dp2), "step 6 after the load");
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, CudaRootSteps,
-                         ::testing::Values(RootCase{"root", NsPrecision::kFp32, Rounding::kRtn, 1e-4, false},
-                                           RootCase{"q_root", NsPrecision::kNvfp4, Rounding::kRtn, 0.5, true},
-                                           RootCase{"q_root_sr", NsPrecision::kNvfp4, Rounding::kSr, 0.5,
-                                                    true}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Precisions, CudaRootSteps,
+    ::testing::Values(RootCase{"root", NsPrecision::kFp32, Rounding::kRtn, 1e-4, false},
+                      RootCase{"q_root", NsPrecision::kNvfp4, Rounding::kRtn, 0.5, true},
+                      RootCase{"q_root_sr", NsPrecision::kNvfp4, Rounding::kSr, 0.5, true},
+                      RootCase{"root_bf16", NsPrecision::kBf16, Rounding::kRtn, 0.1, true}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 // The CPU's X of a ROOT step from momentum m and gradient g (first NS input): root_step's arithmetic,
 // then newton_schulz's normalization into the wide, 16-padded orientation.
@@ -592,6 +599,7 @@ INSTANTIATE_TEST_SUITE_P(
     Recipes, CudaRootEngine,
     ::testing::Values(EngineCase{"root_tiny_bf16", "tiny", "bf16", "root"},
                       EngineCase{"qroot_small64", "small64", "tetrajet-v2-qroot", "q-root"},
+                      EngineCase{"root_bf16_tiny", "tiny", "bf16", "root-bf16"},
                       EngineCase{"root_small64_tetrajet", "small64", "tetrajet-v2-base", "root"}),
     [](const auto& info) { return std::string(info.param.name); });
 

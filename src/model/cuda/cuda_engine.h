@@ -23,8 +23,8 @@ namespace fp4 {
 // recipe, seed) is (the CPU init code runs on the host; the FP32 values are uploaded). Quantized linears
 // run through the NVFP4 CUDA layer (nn/cuda/quant_linear_cuda.h) with the CPU engine's random streams.
 // Throws fp4::Error for an invalid config, a missing device, or a recipe this engine cannot run (a
-// policy the NVFP4 CUDA layer refuses, an optimizer other than adamw, q-adamw, root or q-root; q-adamw,
-// root and q-root with data parallelism are refused by set_data_parallel).
+// policy the NVFP4 CUDA layer refuses, an optimizer other than adamw, q-adamw, root, root-bf16 or q-root;
+// q-adamw, root, root-bf16 and q-root with data parallelism are refused by set_data_parallel).
 std::unique_ptr<TrainingEngine> make_cuda_engine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed,
                                                  int device = 0);
 

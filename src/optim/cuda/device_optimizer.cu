@@ -189,11 +189,11 @@ class RootOnDevice final : public DeviceOptimizer {
 }  // namespace
 
 bool is_device_optimizer(const std::string& name) {
-  return name == "adamw" || name == "q-adamw" || name == "root" || name == "q-root";
+  return name == "adamw" || name == "q-adamw" || name == "root" || name == "root-bf16" || name == "q-root";
 }
 
 std::string device_optimizers() {
-  return "adamw, q-adamw, root and q-root";
+  return "adamw, q-adamw, root, root-bf16 and q-root";
 }
 
 std::unique_ptr<DeviceOptimizer> make_device_optimizer(const std::string& name, const DeviceParams& params,
@@ -201,6 +201,7 @@ std::unique_ptr<DeviceOptimizer> make_device_optimizer(const std::string& name, 
   if (name == "adamw") return std::make_unique<AdamWOnDevice>(params, stream);
   if (name == "q-adamw") return std::make_unique<QAdamWOnDevice>(params, stream, seed);
   if (name == "root") return std::make_unique<RootOnDevice>(params, stream, seed, NsPrecision::kFp32);
+  if (name == "root-bf16") return std::make_unique<RootOnDevice>(params, stream, seed, NsPrecision::kBf16);
   if (name == "q-root") return std::make_unique<RootOnDevice>(params, stream, seed, NsPrecision::kNvfp4);
   FP4_THROW("optimizer = \"", name, "\" is not available in the CUDA engine (", device_optimizers(),
             " only; set the recipe field optimizer)");

@@ -72,6 +72,6 @@ std::unique_ptr<DeviceOptimizer> make_device_optimizer(const std::string& name, 
 
 // The names make_device_optimizer takes, for the engine's recipe check and messages.
 bool is_device_optimizer(const std::string& name);
-std::string device_optimizers();  // "adamw, q-adamw, root and q-root"
+std::string device_optimizers();  // "adamw, q-adamw, root, root-bf16 and q-root"
 
 }  // namespace fp4::cuda

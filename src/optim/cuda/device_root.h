@@ -28,12 +28,12 @@ namespace fp4::cuda {
 
 class DeviceRoot {
  public:
-  // precision kFp32: "root", kNvfp4: "q-root" (opt.precision is overwritten). `seed` is the run seed of
-  // Q-Root's SR streams. Throws fp4::Error for options out of range.
+  // precision kFp32: "root", kBf16: "root-bf16", kNvfp4: "q-root" (opt.precision is overwritten). `seed` is
+  // the run seed of Q-Root's SR streams. Throws fp4::Error for options out of range.
   DeviceRoot(const DeviceParams& params, cudaStream_t stream, uint64_t seed, NsPrecision precision,
              RootOptions opt = {});
 
-  std::string name() const { return opt_.precision == NsPrecision::kNvfp4 ? "q-root" : "root"; }
+  std::string name() const { return root_optimizer_name(opt_.precision); }
   const RootOptions& options() const { return opt_; }
 
   // Checks the hyper-parameters (the CPU's rules), then queues the norm, the clipping factor, the ROOT

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "ops/cuda/elementwise_cuda.h"
 #include "optim/cuda/newton_schulz_cuda.h"
 
 namespace fp4::cuda {
@@ -12,8 +13,13 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kSumBlocks = 240;  // fixed, so every sum of squares adds in the same order
 
-int64_t round_up16(int64_t n) {
-  return (n + 15) / 16 * 16;
+// The padded length of a wide-orientation dimension: NVFP4 pads to its 16-element blocks, BF16 to 8
+// elements so that every BF16 row starts 16-byte aligned, as the tensor-core GEMMs want. Zero rows and
+// columns stay zero through the iteration, so padding does not change the result.
+int64_t padded(int64_t n, NsPrecision p) {
+  if (p == NsPrecision::kNvfp4) return (n + 15) / 16 * 16;
+  if (p == NsPrecision::kBf16) return (n + 7) / 8 * 8;
+  return n;
 }
 unsigned grid_for(int64_t n) {
   return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
@@ -134,11 +140,12 @@ NewtonSchulzCuda::NewtonSchulzCuda(NsPrecision precision)
 }
 
 void NewtonSchulzCuda::reserve(int64_t wide, int64_t gram) {
-  const bool q = precision_ == NsPrecision::kNvfp4;
+  const bool q = precision_ == NsPrecision::kNvfp4, h = precision_ == NsPrecision::kBf16;
   if (wide > wide_cap_) {
     wide_cap_ = wide;
     x_ = DeviceBuffer<float>(static_cast<size_t>(wide));
     next_ = DeviceBuffer<float>(static_cast<size_t>(wide));
+    if (h) xq_ = DeviceBuffer<bf16>(static_cast<size_t>(wide));
     if (q) {
       xt_ = DeviceBuffer<float>(static_cast<size_t>(wide));
       xq_ = DeviceBuffer<bf16>(static_cast<size_t>(wide));
@@ -152,7 +159,7 @@ void NewtonSchulzCuda::reserve(int64_t wide, int64_t gram) {
     a_ = DeviceBuffer<float>(static_cast<size_t>(gram));
     a2_ = DeviceBuffer<float>(static_cast<size_t>(gram));
     poly_ = DeviceBuffer<float>(static_cast<size_t>(gram));
-    if (q) {
+    if (q || h) {
       aq_ = DeviceBuffer<bf16>(static_cast<size_t>(gram));
       pq_ = DeviceBuffer<bf16>(static_cast<size_t>(gram));
     }
@@ -206,15 +213,15 @@ void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsO
   FP4_CHECK(rows > 0 && cols > 0, "newton_schulz (CUDA): empty matrix [", rows, " x ", cols, "]");
   FP4_CHECK(opt.steps >= 0 && opt.steps <= 16, "newton_schulz (CUDA): steps must be in [0, 16], got ",
             opt.steps);
-  FP4_CHECK(opt.precision == precision_, "newton_schulz (CUDA): built for ",
-            precision_ == NsPrecision::kNvfp4 ? "NVFP4" : "FP32", " operands, asked for the other precision");
+  FP4_CHECK(opt.precision == precision_, "newton_schulz (CUDA): built for ", ns_precision_name(precision_),
+            " operands, asked for ", ns_precision_name(opt.precision));
   FP4_CHECK(rows < (int64_t{1} << 30) / std::max<int64_t>(cols, 1), "newton_schulz (CUDA): matrix [", rows,
             " x ", cols, "] is too large for 32-bit GEMM sizes");
-  const bool q = precision_ == NsPrecision::kNvfp4;
+  const bool q = precision_ == NsPrecision::kNvfp4, h = precision_ == NsPrecision::kBf16;
   FP4_CHECK(trace == nullptr || q, "newton_schulz (CUDA): a trace of the operands needs NVFP4 operands");
   const bool tall = rows > cols;
   const int64_t r0 = tall ? cols : rows, c0 = tall ? rows : cols;
-  const int64_t r = q ? round_up16(r0) : r0, c = q ? round_up16(c0) : c0;
+  const int64_t r = padded(r0, precision_), c = padded(c0, precision_);
   reserve(r * c, r * r);
   const int ri = static_cast<int>(r), ci = static_cast<int>(c);
   const NsCoefficients& k = opt.coef;
@@ -236,6 +243,11 @@ void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsO
       bf16_gemm_.gemm(false, true, ri, ri, ci, 1.0f, xq_.data(), ci, xq_.data(), ci, 0.0f, a_.data(), ri,
                       stream);
       scale_by(a_.data(), r * r, outer_.data(), outer_.data(), stream);
+    } else if (h) {
+      // xq_ keeps bf16(X) for the last product too: X does not change within a step.
+      f32_to_bf16(x_.data(), xq_.data(), r * c, stream);
+      bf16_gemm_.gemm(false, true, ri, ri, ci, 1.0f, xq_.data(), ci, xq_.data(), ci, 0.0f, a_.data(), ri,
+                      stream);
     } else {
       gemm_.gemm(false, true, ri, ri, ci, 1.0f, x_.data(), ci, x_.data(), ci, 0.0f, a_.data(), ri, stream);
     }
@@ -247,6 +259,10 @@ void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsO
       bf16_gemm_.gemm(false, false, ri, ri, ri, 1.0f, aq_.data(), ri, aq_.data(), ri, 0.0f, a2_.data(), ri,
                       stream);
       scale_by(a2_.data(), r * r, outer_.data() + 1, outer_.data() + 1, stream);
+    } else if (h) {
+      f32_to_bf16(a_.data(), aq_.data(), r * r, stream);
+      bf16_gemm_.gemm(false, false, ri, ri, ri, 1.0f, aq_.data(), ri, aq_.data(), ri, 0.0f, a2_.data(), ri,
+                      stream);
     } else {
       gemm_.gemm(false, false, ri, ri, ri, 1.0f, a_.data(), ri, a_.data(), ri, 0.0f, a2_.data(), ri, stream);
     }
@@ -265,6 +281,11 @@ void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsO
       axpby_kernel<<<grid_for(r * c), kThreads, 0, stream>>>(
           x_.data(), xt_.data(), k.a, r * c, outer_.data() + 2, outer_.data() + 3, next_.data());
       FP4_CUDA_CHECK_LAUNCH("axpby_kernel");
+    } else if (h) {
+      // next = a X (FP32) + bf16(P) bf16(X), the beta term read from x_ as in kFp32.
+      f32_to_bf16(poly_.data(), pq_.data(), r * r, stream);
+      bf16_gemm_.gemm(false, false, ri, ci, ri, 1.0f, pq_.data(), ri, xq_.data(), ci, k.a, next_.data(), ci,
+                      stream, x_.data());
     } else {
       gemm_.gemm(false, false, ri, ci, ri, 1.0f, poly_.data(), ri, x_.data(), ci, k.a, next_.data(), ci,
                  stream, x_.data());

@@ -2,6 +2,11 @@
 // algorithm step for step, on device pointers, queued on a stream without waiting for the host.
 //  - kFp32: every product an FP32 cuBLASLt GEMM (no TF32); the result differs from the CPU's only by
 //    the order of the FP32 sums inside the GEMMs (and of the double sum of squares of the normalization).
+//  - kBf16 ("root-bf16"): each product's operands rounded to BF16 (nearest even, f32_to_bf16) and
+//    multiplied on BF16 tensor cores with FP32 accumulation and output (GemmRunner), the wide iterate
+//    zero-padded to multiples of 8 (aligned BF16 rows; no effect on the result); the a X term, the
+//    polynomial and the normalization are kFp32's kernels. The CPU's kBf16 rounds the same operands to the
+//    same values, so the results again differ only by the order of the FP32 sums.
 //  - kNvfp4 (Q-Root): each product's operands quantized by the device quantizers
 //  (ops/cuda/quant/quantize_cuda.h,
 //    byte-identical to quantize_nvfp4) with the CPU's specs, tiles, zero padding and Philox streams
@@ -63,11 +68,12 @@ class NewtonSchulzCuda {
 
   NsPrecision precision_;
   GemmF32Runner gemm_;    // kFp32: FP32 operands
-  GemmRunner bf16_gemm_;  // kNvfp4: the operands' exact BF16 values, FP32 accumulation and output
+  GemmRunner bf16_gemm_;  // kNvfp4, kBf16: BF16 operands, FP32 accumulation and output
   int64_t wide_cap_ = 0, gram_cap_ = 0;
   DeviceBuffer<float> x_, next_, a_, a2_, poly_, xt_;  // wide iterate, its successor, Gram, A^2, P, X^T
   // kNvfp4: the operands' values without their tensor scales (outer_[slot] holds those): the products run
-  // on BF16 tensor cores and the two tensor scales multiply the FP32 result.
+  // on BF16 tensor cores and the two tensor scales multiply the FP32 result. kBf16: xq_, aq_ and pq_ hold
+  // bf16(X), bf16(A) and bf16(P).
   DeviceBuffer<bf16> xq_, aq_, pq_, xtq_;
   DeviceBuffer<uint8_t> codes_, scales_;  // one NVFP4 operand at a time (kNvfp4)
   DeviceBuffer<float> outer_, amax_, inv_;

@@ -1,5 +1,5 @@
-// The CPU engine with optimizer = "root" / "q-root": the tiny model trains (loss goes down), a saved run
-// resumes bit for bit in an engine built from another seed, the engine's parameters are routed as
+// The CPU engine with optimizer = "root" / "root-bf16" / "q-root": the tiny model trains (loss goes down), a
+// saved run resumes bit for bit in an engine built from another seed, the engine's parameters are routed as
 // root_eligible says, data parallelism and bad names are refused with messages naming the field.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -47,7 +47,8 @@ TEST_P(RootTraining, TinyLossDecreases) {
   const uint32_t seed = logged_seed();
   const ModelConfig cfg = model_preset("tiny");
   const Recipe recipe = recipe_for(GetParam());
-  ASSERT_TRUE(recipe.optimizer == "root" || recipe.optimizer == "q-root") << recipe.optimizer;
+  ASSERT_TRUE(recipe.optimizer == "root" || recipe.optimizer == "root-bf16" || recipe.optimizer == "q-root")
+      << recipe.optimizer;
   auto engine = make_cpu_engine(cfg, recipe, seed);
   const Batch batch = random_token_batch(cfg, 4, 64, seed);
   double first = 0;
@@ -57,7 +58,8 @@ TEST_P(RootTraining, TinyLossDecreases) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, RootTraining,
-                         ::testing::Values("optimizer=root", "optimizer=q-root", "tetrajet-v2-qroot"),
+                         ::testing::Values("optimizer=root", "optimizer=root-bf16", "optimizer=q-root",
+                                           "tetrajet-v2-qroot"),
                          test_name);
 
 class RootEngine : public ::testing::TestWithParam<const char*> {};
@@ -92,7 +94,8 @@ TEST_P(RootEngine, ResumesBitForBit) {
   EXPECT_EQ(all_parameters(*a), before) << "a refused load changed the engine";
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimizers, RootEngine, ::testing::Values("optimizer=root", "optimizer=q-root"),
+INSTANTIATE_TEST_SUITE_P(Optimizers, RootEngine,
+                         ::testing::Values("optimizer=root", "optimizer=root-bf16", "optimizer=q-root"),
                          test_name);
 
 TEST(RootEngineRefusals, DataParallelIsRefused) {
@@ -117,16 +120,21 @@ TEST(RootEngineRefusals, DataParallelIsRefused) {
 }
 
 TEST(RootEngineRefusals, BadNamesAreRefused) {
-  for (const char* bad : {"optimizer=roots", "optimizer=Q-Root", "optimizer=qroot"}) {
+  for (const char* bad : {"optimizer=roots", "optimizer=Q-Root", "optimizer=qroot", "optimizer=root-BF16",
+                          "optimizer=root_bf16"}) {
     try {
       load_recipe("bf16", {bad});
       ADD_FAILURE() << bad << " was accepted";
     } catch (const Error& e) {
       EXPECT_THAT(e.what(), HasSubstr(std::string(bad).substr(10)));
-      EXPECT_THAT(e.what(), HasSubstr("root, q-root"));
+      EXPECT_THAT(e.what(), HasSubstr("root, root-bf16, q-root"));
     }
   }
   EXPECT_EQ(load_recipe("bf16", {"optimizer=q-root"}).optimizer, "q-root");
+  // The checkpoint's trainer.json keeps the recipe as to_toml writes it, so a resume sees the precision.
+  const Recipe bf16 = load_recipe("bf16", {"optimizer=root-bf16"});
+  EXPECT_EQ(bf16.optimizer, "root-bf16");
+  EXPECT_THAT(to_toml(bf16), HasSubstr("optimizer = \"root-bf16\""));
   testing::expect_engine_refuses_optimizer("ROOT");
 }
 

@@ -84,11 +84,12 @@ TEST(RootOptimizer, RoutingFollowsRootEligible) {
   EXPECT_EQ(opt.state_bytes(), 4 * root_n + 8 * adam_n);
   EXPECT_EQ(opt.name(), "root");
   EXPECT_EQ(RootOptimizer(ps, {}, 1, NsPrecision::kNvfp4).name(), "q-root");
+  EXPECT_EQ(RootOptimizer(ps, {}, 1, NsPrecision::kBf16).name(), "root-bf16");
 }
 
 // Two steps of the optimizer equal root_step per matrix and AdamW on a copy, bit for bit.
 TEST(RootOptimizer, StepsMatchRootStepAndAdamW) {
-  for (const NsPrecision prec : {NsPrecision::kFp32, NsPrecision::kNvfp4}) {
+  for (const NsPrecision prec : {NsPrecision::kFp32, NsPrecision::kNvfp4, NsPrecision::kBf16}) {
     const uint64_t seed = fresh_seed();
     auto rng = std::mt19937_64(seed);
     ParameterSet ps = make_params(rng);
@@ -118,7 +119,7 @@ TEST(RootOptimizer, StepsMatchRootStepAndAdamW) {
       }
       ASSERT_EQ(std::vector<float>(ps.values().begin(), ps.values().end()),
                 std::vector<float>(ref.values().begin(), ref.values().end()))
-          << "step " << s << (prec == NsPrecision::kNvfp4 ? " q-root" : " root");
+          << "step " << s << " " << root_optimizer_name(prec);
     }
     EXPECT_EQ(opt.step_count(), 2);
     EXPECT_EQ(opt.last_step_info().size(), 3u);
@@ -126,36 +127,41 @@ TEST(RootOptimizer, StepsMatchRootStepAndAdamW) {
   }
 }
 
+// Q-Root and root-bf16 (the state's tensors are root's; the precision is the recipe's optimizer field,
+// stored with the checkpoint's recipe).
 TEST(RootOptimizer, SaveLoadResumesBitForBit) {
-  const uint64_t seed = fresh_seed();
-  auto rng = std::mt19937_64(seed);
-  ParameterSet ps = make_params(rng);
-  RootOptimizer a(ps, {}, seed, NsPrecision::kNvfp4);
-  for (int s = 0; s < 3; ++s) {
-    a.step(ps, hyper());
-    new_grads(ps, rng);
+  for (const NsPrecision prec : {NsPrecision::kNvfp4, NsPrecision::kBf16}) {
+    SCOPED_TRACE(root_optimizer_name(prec));
+    const uint64_t seed = fresh_seed();
+    auto rng = std::mt19937_64(seed);
+    ParameterSet ps = make_params(rng);
+    RootOptimizer a(ps, {}, seed, prec);
+    for (int s = 0; s < 3; ++s) {
+      a.step(ps, hyper());
+      new_grads(ps, rng);
+    }
+    const auto state = engine_state(a, ps);
+    const StateIndex index(state);
+    EXPECT_TRUE(index.has("root.m.blocks.0.attn.wqkv"));
+    EXPECT_TRUE(index.has("adamw.m.embed"));
+    EXPECT_FALSE(index.has("adamw.m.blocks.0.attn.wqkv"));
+    EXPECT_FALSE(index.has("root.m.embed"));
+    ParameterSet pb = ps;
+    RootOptimizer b(pb, {}, seed + 1, prec);
+    b.load_state(index, pb);
+    EXPECT_EQ(b.step_count(), 3);
+    for (int s = 0; s < 3; ++s) {
+      a.step(ps, hyper());
+      b.step(pb, hyper());
+      new_grads(ps, rng);
+      std::copy(ps.grads().begin(), ps.grads().end(), pb.grads().begin());
+    }
+    EXPECT_EQ(std::vector<float>(ps.values().begin(), ps.values().end()),
+              std::vector<float>(pb.values().begin(), pb.values().end()));
+    const auto sa = a.save_state(ps), sb = b.save_state(pb);
+    ASSERT_EQ(sa.size(), sb.size());
+    for (size_t i = 0; i < sa.size(); ++i) EXPECT_EQ(sa[i].bytes, sb[i].bytes) << sa[i].name;
   }
-  const auto state = engine_state(a, ps);
-  const StateIndex index(state);
-  EXPECT_TRUE(index.has("root.m.blocks.0.attn.wqkv"));
-  EXPECT_TRUE(index.has("adamw.m.embed"));
-  EXPECT_FALSE(index.has("adamw.m.blocks.0.attn.wqkv"));
-  EXPECT_FALSE(index.has("root.m.embed"));
-  ParameterSet pb = ps;
-  RootOptimizer b(pb, {}, seed + 1, NsPrecision::kNvfp4);
-  b.load_state(index, pb);
-  EXPECT_EQ(b.step_count(), 3);
-  for (int s = 0; s < 3; ++s) {
-    a.step(ps, hyper());
-    b.step(pb, hyper());
-    new_grads(ps, rng);
-    std::copy(ps.grads().begin(), ps.grads().end(), pb.grads().begin());
-  }
-  EXPECT_EQ(std::vector<float>(ps.values().begin(), ps.values().end()),
-            std::vector<float>(pb.values().begin(), pb.values().end()));
-  const auto sa = a.save_state(ps), sb = b.save_state(pb);
-  ASSERT_EQ(sa.size(), sb.size());
-  for (size_t i = 0; i < sa.size(); ++i) EXPECT_EQ(sa[i].bytes, sb[i].bytes) << sa[i].name;
 }
 
 TEST(RootOptimizer, BadStatesAreRefusedBeforeAnyChange) {
@@ -224,6 +230,9 @@ TEST(RootOptimizer, RefusesDataParallelismAndBadHyper) {
   EXPECT_EQ(std::vector<float>(ps.values().begin(), ps.values().end()), before);
   EXPECT_THROW(make_optimizer("Root", ps, {}, 1), Error);
   EXPECT_EQ(make_optimizer("q-root", ps, {}, 1)->name(), "q-root");
+  EXPECT_EQ(make_optimizer("root-bf16", ps, {}, 1)->name(), "root-bf16");
+  EXPECT_TRUE(is_known_optimizer("root-bf16"));
+  EXPECT_THROW(make_optimizer("root-fp16", ps, {}, 1), Error);
   EXPECT_TRUE(is_known_optimizer("root"));
   EXPECT_FALSE(is_known_optimizer("muon"));
 }

@@ -26,6 +26,27 @@ std::vector<float> normal(std::mt19937_64& rng, size_t n, float std = 1.0f) {
   return v;
 }
 
+// root-bf16 is ROOT's FP32 defaults with BF16 operands: the shape's table, not Q-Root's coefficients.
+TEST(Root, NsOptionsPerPrecision) {
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{2048, 8192}, {48, 112}}) {
+    const NsCoefficients table = ns_coefficients_for_shape(r, c);
+    for (NsPrecision p : {NsPrecision::kFp32, NsPrecision::kBf16, NsPrecision::kNvfp4}) {
+      RootOptions opt;
+      opt.precision = p;
+      const NsOptions ns = root_ns_options(opt, r, c, RngStream{5, 6});
+      const NsCoefficients want = p == NsPrecision::kNvfp4 ? kQRootNsCoefficients : table;
+      EXPECT_EQ(ns.precision, p);
+      EXPECT_EQ(ns.steps, kNsDefaultSteps);
+      EXPECT_FLOAT_EQ(ns.coef.a, want.a) << root_optimizer_name(p) << " " << r << "x" << c;
+      EXPECT_FLOAT_EQ(ns.coef.b, want.b);
+      EXPECT_FLOAT_EQ(ns.coef.c, want.c);
+    }
+  }
+  EXPECT_EQ(root_optimizer_name(NsPrecision::kFp32), "root");
+  EXPECT_EQ(root_optimizer_name(NsPrecision::kBf16), "root-bf16");
+  EXPECT_EQ(root_optimizer_name(NsPrecision::kNvfp4), "q-root");
+}
+
 TEST(Root, AbsQuantileHandCases) {
   std::vector<float> v;
   for (int i = 1; i <= 101; ++i) v.push_back(i % 2 ? static_cast<float>(i) : -static_cast<float>(i));
@@ -156,7 +177,7 @@ TEST(Root, StepsDecreaseLeastSquaresLoss) {
       }
     return loss;
   };
-  for (NsPrecision p : {NsPrecision::kFp32, NsPrecision::kNvfp4}) {
+  for (NsPrecision p : {NsPrecision::kFp32, NsPrecision::kNvfp4, NsPrecision::kBf16}) {
     RootOptions opt;
     opt.precision = p;
     RootMatrix root("w", r, c, 7, 99);
@@ -168,8 +189,7 @@ TEST(Root, StepsDecreaseLeastSquaresLoss) {
       root.step(w, g, lr, 0.0f, opt);
       l = loss_and_grad(w, g);
     }
-    std::printf("  %s least squares: loss %.4f -> %.4f\n", p == NsPrecision::kFp32 ? "root  " : "q-root", l0,
-                l);
+    std::printf("  %-9s least squares: loss %.4f -> %.4f\n", root_optimizer_name(p).c_str(), l0, l);
     EXPECT_LT(l, 0.05 * l0);
   }
 }

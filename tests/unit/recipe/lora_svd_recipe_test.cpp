@@ -86,7 +86,11 @@ TEST(LoraSvdRecipe, BadValuesAreClearErrors) {
   expect_error([&] { validate(r); }, "lora_svd.beta");
   // Nothing to protect without quantized linears; the moment reset is AdamW's.
   expect_error([] { load_recipe("bf16", {"lora_svd.enabled=true"}); }, "quantizes none");
-  expect_error([] { load_recipe("tetrajet-v2-lorasvd", {"optimizer=q-adamw"}); }, "only optimizer adamw");
+  expect_error([] { load_recipe("tetrajet-v2-lorasvd", {"optimizer=q-adamw"}); },
+               "adamw, root, root-bf16 and q-root implement");
+  // The ROOT optimizers reset the factors' momentum, whatever their Newton-Schulz precision.
+  for (const char* opt : {"root", "root-bf16", "q-root"})
+    EXPECT_EQ(load_recipe("tetrajet-v2-lorasvd", {std::string("optimizer=") + opt}).optimizer, opt);
 }
 
 }  // namespace

@@ -17,8 +17,8 @@ TEST(OptimizerNames, EveryListedNameIsKnownAndNothingElse) {
     EXPECT_TRUE(is_known_optimizer(name)) << name;
     ++n;
   }
-  EXPECT_EQ(n, 4);
-  for (const char* bad : {"", "AdamW", "adam", "q-adamw ", "sgd", "root2"})
+  EXPECT_EQ(n, 5);
+  for (const char* bad : {"", "AdamW", "adam", "q-adamw ", "sgd", "root2", "root-bf16 ", "root_bf16", "bf16"})
     EXPECT_FALSE(is_known_optimizer(bad)) << bad;
 }
 
