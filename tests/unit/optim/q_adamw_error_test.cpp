@@ -1,14 +1,18 @@
-// The CPU measurements of Full-Stack FP4's optimizer claims (fp4train optim-claims): Q-Root's e_q and
-// Q-AdamW's second-moment errors and state bytes.
+// The CPU measurements of Q-AdamW's claims (fp4train optim-claims): the second moment's errors under the
+// codec and plain NVFP4 storage, and the state bytes.
+#include "optim/q_adamw_error.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
-#include "optim/ns_fit.h"
-#include "optim/q_adamw_error.h"
-#include "optim/q_root_error.h"
+#include "core/model_config.h"
 #include "optim/quantized_moments.h"
 
 namespace fp4 {
@@ -44,24 +48,42 @@ TEST(QAdamWClaims, PlainStorageFlushesTheSmallSecondMomentsTheCodecKeeps) {
   EXPECT_LT(ze.plain_rel_l2, 1e-6);
 }
 
-TEST(QRootClaims, EqMeasuresTheFourBitIterationAgainstTheFp32One) {
-  // NVFP4 operands round each product's inputs by up to ~9.5% (relative, per element), so after one step the
-  // iterate differs from the FP32 one by a few percent; the measurement is a pure function of its inputs.
-  const NsStepErrors e = ns_step_errors(32, 64, kQRootNsCoefficients, 3, 1.0, "normal", 2, 5);
-  ASSERT_EQ(e.e_q.size(), 3u);
-  for (double x : e.e_q) EXPECT_TRUE(x > 0.001 && x < 0.5) << x;
-  EXPECT_GT(e.fp32_polar_error, 0);
-  EXPECT_LT(e.fp32_polar_error, 1);
-  EXPECT_EQ(ns_step_errors(32, 64, kQRootNsCoefficients, 3, 1.0, "normal", 2, 5).e_q, e.e_q);
-  // Zero steps of NS is the normalized input in both precisions; one step more error than none is the rule
-  // checked here through the FP32 polar error, which must fall with steps for the convergent classical map.
-  const NsStepErrors longer = ns_step_errors(32, 64, kQRootNsCoefficients, 6, 1.0, "normal", 2, 5);
-  EXPECT_LT(longer.fp32_polar_error, e.fp32_polar_error);
-  // p99 clipping changes the input of heavy-tailed samples, so it changes e_q.
-  EXPECT_NE(ns_step_errors(32, 64, kQRootNsCoefficients, 3, 0.99, "t3", 2, 5).e_q,
-            ns_step_errors(32, 64, kQRootNsCoefficients, 3, 1.0, "t3", 2, 5).e_q);
-  EXPECT_THROW(ns_step_errors(32, 64, kQRootNsCoefficients, 0, 1.0, "normal", 2, 5), Error);
-  EXPECT_THROW(ns_sample_matrix(4, 4, "cauchy", 1, 0), Error);
+// The synthetic second moment: the size asked for, v >= 0, a pure function of the seed, and heavy-tailed
+// (the row and column scales spread it over decades).
+TEST(QAdamWClaims, SyntheticSecondMomentIsSeededNonNegativeAndSpread) {
+  std::mt19937 rng(std::random_device{}());
+  const int64_t rows = 1 + rng() % 40, cols = 16 * (1 + rng() % 8);
+  const uint64_t seed = rng();
+  const std::vector<float> v = synthetic_second_moment(rows, cols, seed);
+  ASSERT_EQ(static_cast<int64_t>(v.size()), rows * cols);
+  for (const float x : v) ASSERT_TRUE(std::isfinite(x) && x >= 0) << x;
+  EXPECT_EQ(synthetic_second_moment(rows, cols, seed), v);
+  EXPECT_NE(synthetic_second_moment(rows, cols, seed + 1), v);
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  if (rows * cols >= 256) {
+    EXPECT_GT(*hi, 100 * *lo) << "not spread";
+  }
+}
+
+// The memory table: one row per model whose FP32 and BF16 columns are 8 and 4 bytes per parameter, and
+// Q-AdamW below BF16-state AdamW.
+TEST(QAdamWClaims, MemoryTableRowsFollowTheParameterCounts) {
+  std::vector<ModelConfig> models;
+  for (const std::string& name : model_preset_names()) models.push_back(model_preset(name));
+  ASSERT_FALSE(models.empty());
+  const std::string t = optimizer_memory_table(models);
+  for (const ModelConfig& m : models) {
+    const size_t at = t.find("| " + m.name + " |");
+    ASSERT_NE(at, std::string::npos) << m.name << "\n" << t;
+    const std::string row = t.substr(at, t.find('\n', at) - at);
+    const double p = static_cast<double>(m.parameter_count());
+    char want[128];
+    std::snprintf(want, sizeof want, "| %.2fM | %.1f MiB | %.1f MiB |", p / 1e6, 8 * p / 1048576,
+                  4 * p / 1048576);
+    EXPECT_NE(row.find(want), std::string::npos) << row;
+    EXPECT_NE(row.find("| -"), std::string::npos) << "Q-AdamW should need less than BF16 state: " << row;
+  }
+  EXPECT_EQ(std::count(t.begin(), t.end(), '\n'), static_cast<long>(models.size()) + 2);
 }
 
 }  // namespace
