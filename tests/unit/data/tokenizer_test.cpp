@@ -8,14 +8,16 @@
 #include <random>
 
 #include "core/error.h"
-#include "data/byte_tokenizer.h"
 #include "data_test_util.h"
+#include "gpt2_files_test_util.h"
 
 namespace fp4 {
 namespace {
 
+using testing::hf_json;
 using testing::TempDir;
 using testing::write_file;
+using testing::write_gpt2_files;
 using Ids = std::vector<int32_t>;
 
 std::string error_of(const std::function<void()>& fn) {
@@ -27,70 +29,12 @@ std::string error_of(const std::function<void()>& fn) {
   return "";
 }
 
-const std::vector<std::pair<std::string, std::string>> kMerges = {{"h", "e"},    {"l", "l"},     {"he", "ll"},
-                                                                  {"hell", "o"}, {" ", "w"},     {"o", "r"},
-                                                                  {" w", "or"},  {" wor", "ld"}, {"l", "d"}};
-
-// Writes encoder.json + vocab.bpe of the hand-made vocabulary into dir.
-testing::HandBpe write_gpt2_files(const std::filesystem::path& dir,
-                                  const std::string& vocab_name = "encoder.json",
-                                  const std::string& merges_name = "vocab.bpe") {
-  auto h = testing::make_hand_bpe(kMerges, /*with_eot=*/true);
-  nlohmann::json vocab = nlohmann::json::object();
-  for (const auto& [tok, id] : h.vocab) vocab[tok] = id;
-  write_file(dir / vocab_name, vocab.dump());
-  std::string merges = "#version: 0.2\n";
-  for (const auto& [a, b] : h.merges) merges += a + " " + b + "\n";
-  write_file(dir / merges_name, merges);
-  return h;
-}
-
-nlohmann::json hf_json(const testing::HandBpe& h, bool pair_merges, bool eot_as_added) {
-  nlohmann::json vocab = nlohmann::json::object();
-  nlohmann::json added = nlohmann::json::array();
-  for (const auto& [tok, id] : h.vocab) {
-    if (eot_as_added && tok == "<|endoftext|>") {
-      added.push_back({{"id", id}, {"content", tok}, {"special", true}});
-    } else {
-      vocab[tok] = id;
-    }
-  }
-  nlohmann::json merges = nlohmann::json::array();
-  for (const auto& [a, b] : h.merges) {
-    if (pair_merges) {
-      merges.push_back({a, b});
-    } else {
-      merges.push_back(a + " " + b);
-    }
-  }
-  return {{"version", "1.0"},
-          {"added_tokens", added},
-          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
-}
-
 TEST(LoadTokenizer, BytesSpecIsTheByteTokenizer) {
   auto t = load_tokenizer("bytes");
   EXPECT_EQ(t->name(), "bytes");
   EXPECT_EQ(t->vocab_size(), 257);
   EXPECT_EQ(t->eot_id(), 256);
   EXPECT_EQ(t->encode("A\xFF"), (Ids{65, 255}));
-}
-
-TEST(ByteTokenizer, RoundTripsRandomBytes) {
-  uint64_t seed = testing::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  ByteTokenizer t;
-  for (int i = 0; i < 100; ++i) {
-    auto s = testing::random_bytes(rng, rng() % 500);
-    auto ids = t.encode(s);
-    ASSERT_EQ(ids.size(), s.size());
-    for (size_t k = 0; k < s.size(); ++k) ASSERT_EQ(ids[k], static_cast<uint8_t>(s[k]));
-    ASSERT_EQ(t.decode(ids), s);
-  }
-  EXPECT_EQ(t.decode(Ids{'a', 256}), "a<|endoftext|>");
-  EXPECT_THROW(t.decode(Ids{257}), Error);
-  EXPECT_THROW(t.token_bytes(-1), Error);
 }
 
 TEST(LoadTokenizer, Gpt2FilesInADirectory) {

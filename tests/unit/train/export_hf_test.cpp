@@ -152,7 +152,7 @@ TEST_F(ExportTest, ConfigJsonDescribesTheModel) {
   std::vector<int> padded;
   for (int id = m.vocab_real; id < m.vocab_size; ++id) padded.push_back(id);
   EXPECT_EQ(g["suppress_tokens"].get<std::vector<int>>(), padded);
-  // The byte tokenizer as a byte-level BPE without merges (export_tokenizer_test.cpp checks its encoding).
+  // The byte tokenizer as a byte-level BPE without merges (export_hf_tokenizer_test.cpp checks its encoding).
   EXPECT_TRUE(r.notes.empty());
   const auto tj = nlohmann::json::parse(read_file(r.out / "tokenizer.json"));
   EXPECT_EQ(tj["model"]["vocab"].size(), 257u);

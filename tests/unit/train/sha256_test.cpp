@@ -9,34 +9,19 @@
 #include <vector>
 
 #include "core/error.h"
+#include "sha256_test_util.h"
 
 namespace fp4 {
 namespace {
+
+using fp4::testing::hash_in_pieces;
+using fp4::testing::random_bytes;
 
 // Every implementation this machine can run; SHA-NI is left out only where the CPU lacks it.
 std::vector<Sha256Impl> runnable_impls() {
   std::vector<Sha256Impl> out = {Sha256Impl::kPortable, Sha256Impl::kAuto};
   if (sha256_ni_available()) out.push_back(Sha256Impl::kShaNi);
   return out;
-}
-
-std::vector<uint8_t> random_bytes(std::mt19937_64& rng, size_t n) {
-  std::vector<uint8_t> v(n);
-  for (auto& b : v) b = static_cast<uint8_t>(rng());
-  return v;
-}
-
-// Hashes data in pieces of random sizes (including empty ones and ones that straddle blocks).
-std::string hash_in_pieces(Sha256Impl impl, std::span<const uint8_t> data, std::mt19937_64& rng) {
-  Sha256 h(impl);
-  size_t pos = 0;
-  while (pos < data.size()) {
-    const size_t cap = rng() % 4 == 0 ? 300 : 80;  // now and then a piece of several blocks
-    const size_t n = std::min(data.size() - pos, static_cast<size_t>(rng() % cap));
-    h.update(data.subspan(pos, n));
-    pos += n;
-  }
-  return h.hex();
 }
 
 // FIPS 180-4 example vectors, for each implementation.
@@ -54,27 +39,6 @@ TEST(Sha256, KnownVectors) {
               "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
     EXPECT_EQ(sha256_hex(std::string(1000000, 'a'), impl),
               "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-  }
-}
-
-// The SHA-NI path gives the portable digest, bit for bit, on every length 0..300 (all padding
-// cases, one to five blocks) and a few large odd lengths, fed in random pieces.
-TEST(Sha256, ShaNiMatchesPortable) {
-  if (!sha256_ni_available()) {
-    EXPECT_THROW(Sha256(Sha256Impl::kShaNi), Error);
-    GTEST_SKIP() << "this CPU has no SHA extensions; only the portable path can run";
-  }
-  std::mt19937_64 rng(std::random_device{}());
-  std::vector<size_t> lengths;
-  for (size_t n = 0; n <= 300; ++n) lengths.push_back(n);
-  for (int i = 0; i < 4; ++i) lengths.push_back((rng() % (3 << 20)) | 1);
-  for (const size_t len : lengths) {
-    const auto data = random_bytes(rng, len);
-    const std::string portable = hash_in_pieces(Sha256Impl::kPortable, data, rng);
-    EXPECT_EQ(hash_in_pieces(Sha256Impl::kShaNi, data, rng), portable) << "length " << len;
-    Sha256 one_shot(Sha256Impl::kShaNi);
-    one_shot.update(data);
-    EXPECT_EQ(one_shot.hex(), portable) << "length " << len;
   }
 }
 

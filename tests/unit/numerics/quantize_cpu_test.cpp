@@ -1,7 +1,5 @@
 // NVFP4 tensor quantizer (numerics/quantize_cpu.cpp): hand-worked examples, an independent re-implementation
 // of RECIPES.md section 2 on random data, 16x16 tiles, packing, BF16 forms, dual operands, shape errors.
-#include "numerics/quantize.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +9,7 @@
 
 #include "core/error.h"
 #include "numerics/formats.h"
+#include "numerics/quantize.h"
 #include "numerics_test_util.h"
 
 namespace fp4 {

@@ -1,6 +1,8 @@
 // tokenizer.json of an export: the structure transformers' fast tokenizer reads, the vocabulary and merges
 // round-tripped, and, loaded back by fp4train's own BPE, the same ids as the run's tokenizer on random text
 // (any bytes, invalid UTF-8, the end-of-text string written out, whitespace runs).
+#include "train/export_hf_tokenizer.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -14,7 +16,6 @@
 #include "data/byte_unicode.h"
 #include "data/read_file.h"
 #include "test_util.h"
-#include "train/export_hf_tokenizer.h"
 
 namespace fp4 {
 namespace {
