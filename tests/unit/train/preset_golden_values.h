@@ -1,9 +1,11 @@
-// Losses recorded by preset_golden_test.cpp (FP4_RECORD_GOLDEN=1, OPENBLAS_CORETYPE=<core>): per OpenBLAS
-// kernel family, per case, the loss of each of the 10 steps and the final validation loss, as exact
-// hexadecimal doubles. First recorded at b168ea8, before the StepFeature / DeviceOptimizer restructuring,
-// which left every value unchanged; re-recorded on 2026-12-02 for the 16-bit SR decisions and the block128
-// encode multiplier (a deliberate numerics change, docs/NUMERICS.md): the bf16 rows and every quantized
-// case's first loss (before any SR-rounded gradient has acted) are the earlier values bit for bit.
+// Losses recorded by preset_golden_test.cpp (FP4_RECORD_GOLDEN=1, OPENBLAS_CORETYPE=<core>; Cooperlake,
+// added 2026-12-02, is what OpenBLAS picks on the development machines' AMD EPYC): per OpenBLAS kernel
+// family, per case, the loss of each of the 10 steps and the final validation loss, as exact hexadecimal
+// doubles. First recorded at b168ea8, before the StepFeature / DeviceOptimizer restructuring, which left
+// every value unchanged; re-recorded on 2026-12-02 for the 16-bit SR decisions and the block128 encode
+// multiplier (a deliberate numerics change, docs/NUMERICS.md): in the three earlier tables the bf16 rows and
+// every quantized case's first loss (before any SR-rounded gradient has acted) are the earlier values bit for
+// bit.
 #pragma once
 
 #include <string>
@@ -150,6 +152,49 @@ inline const std::vector<GoldenTable> kGoldenTables = {
           {0x1.65a596d8b6c0bp+2, 0x1.5a3f6fd57f0b5p+2, 0x1.3621564a9d8bdp+2, 0x1.21c56588ea466p+2,
            0x1.0a80a6f51a451p+2, 0x1.e97a9e51968ecp+1, 0x1.d6a6f9106fae1p+1, 0x1.c406c21ea71ep+1,
            0x1.c70e115baa1fcp+1, 0x1.b4edf35013fffp+1, 0x1.d3cd871b0ac5cp+1}},
+     }},
+    {"Cooperlake",
+     {
+         {"bf16",
+          {0x1.66f693f7e4047p+2, 0x1.57cd28fe2690cp+2, 0x1.363999b625539p+2, 0x1.1f4723821d731p+2,
+           0x1.083e4f61117cap+2, 0x1.e4101c5e75c17p+1, 0x1.d2ef32001f8fap+1, 0x1.bfed11fc1c419p+1,
+           0x1.c39a77a18a8aap+1, 0x1.b06a1cb8b45edp+1, 0x1.cdfcd35c6f41ap+1}},
+         {"nvidia_nvfp4",
+          {0x1.669087163d30bp+2, 0x1.5677b84f270dap+2, 0x1.34f1c88582b31p+2, 0x1.1eca124f455fdp+2,
+           0x1.082745a1fffeap+2, 0x1.df4c482d884b7p+1, 0x1.d021a7efa8fdfp+1, 0x1.bde0785cedafp+1,
+           0x1.c38aac5fc1e1fp+1, 0x1.aee85a1bcb857p+1, 0x1.ce4c48b97a7f3p+1}},
+         {"nvidia_nvfp4_bf16_last",
+          {0x1.66e94a80084b9p+2, 0x1.570ef2b6a8d5fp+2, 0x1.35e5b72679203p+2, 0x1.1ea42da0bcdcep+2,
+           0x1.085924afe74f7p+2, 0x1.e05b371403068p+1, 0x1.d0214b2f8bc38p+1, 0x1.bde3f07b26425p+1,
+           0x1.c3ab632fc9f22p+1, 0x1.aeaa4394205d9p+1, 0x1.d060327f8766ep+1}},
+         {"tetrajet_v2_base",
+          {0x1.65a596d8b6c0bp+2, 0x1.5a3f6fd9975ecp+2, 0x1.36206ef0d8b51p+2, 0x1.2191b9c7795a4p+2,
+           0x1.0ad556ff34356p+2, 0x1.e9b2c167107abp+1, 0x1.d68afc71c1078p+1, 0x1.c3f7aa98348c1p+1,
+           0x1.c73091d4a7ac7p+1, 0x1.b51cda8b36dd5p+1, 0x1.d35aae58f4118p+1}},
+         {"tetrajet_v2_qadamw",
+          {0x1.65a596d8b6c0bp+2, 0x1.5a3f6fd9975ecp+2, 0x1.361428d6f8f1ap+2, 0x1.21dccbe958503p+2,
+           0x1.0aee53631e4a1p+2, 0x1.e9ef191185e6ap+1, 0x1.d6d8f7d2adb37p+1, 0x1.c4273742941fap+1,
+           0x1.c7e0707ca0a0cp+1, 0x1.b5db92feacc28p+1, 0x1.d4d07ae580dcap+1}},
+         {"tetrajet_v2_qroot",
+          {0x1.65a596d8b6c0bp+2, 0x1.60adef7e951fbp+2, 0x1.495324b8a0242p+2, 0x1.3e07277d3a41ap+2,
+           0x1.20e2fb07f3647p+2, 0x1.08f8fdab87c8ap+2, 0x1.fa4f766da14c9p+1, 0x1.e87cf29329ebep+1,
+           0x1.deb0b58587b12p+1, 0x1.cbaf152adf6bap+1, 0x1.e8df5c08eafa3p+1}},
+         {"tetrajet_v2_lorasvd",
+          {0x1.652eb4fc29c18p+2, 0x1.575c0fd4142b8p+2, 0x1.310d29633329ep+2, 0x1.1bd6e2013e05bp+2,
+           0x1.0277388fc7fp+2, 0x1.d9a8bf593c886p+1, 0x1.ca3b439de35b8p+1, 0x1.b975ca5809287p+1,
+           0x1.bccaa05cdb8dep+1, 0x1.a76d2d6e02feep+1, 0x1.cd8cdf307a2ecp+1}},
+         {"tetrajet_v2_base_q_attn",
+          {0x1.655ab1a8ce991p+2, 0x1.588752d0e2261p+2, 0x1.35c0ef1e7f1bfp+2, 0x1.2086d3ff6650dp+2,
+           0x1.095add8caab35p+2, 0x1.e88d3f09feb59p+1, 0x1.d4934d92817dcp+1, 0x1.c26c4ceb49964p+1,
+           0x1.c59ff537c09d9p+1, 0x1.b2e85ff29b05dp+1, 0x1.d30999eef2b6p+1}},
+         {"tetrajet_v2_base_out_control_osci_reset",
+          {0x1.65a596d8b6c0bp+2, 0x1.5a3f6fd9975ecp+2, 0x1.36206ef0d8b51p+2, 0x1.2191b9c7795a4p+2,
+           0x1.0abb2986990eap+2, 0x1.e9821f6b5a761p+1, 0x1.d6a2bf7544672p+1, 0x1.c3e3eda9bbd9ep+1,
+           0x1.c6f8cbde2ca15p+1, 0x1.b54d88784afa4p+1, 0x1.d3eb2be80a554p+1}},
+         {"tetrajet_v2_base_osci_reset_memeff",
+          {0x1.65a596d8b6c0bp+2, 0x1.5a3f6fd9975ecp+2, 0x1.36206ef0d8b51p+2, 0x1.2191b9c7795a4p+2,
+           0x1.0ad556ff34356p+2, 0x1.e9b2c16280d2p+1, 0x1.d6793c7269a78p+1, 0x1.c3d60814d545p+1,
+           0x1.c72fa35c37109p+1, 0x1.b53af4945e3f7p+1, 0x1.d368c043d7694p+1}},
      }},
 };
 
