@@ -21,6 +21,17 @@ double rel_frobenius(const std::vector<float>& a, const std::vector<double>& ref
   return std::sqrt(num / den);
 }
 
+// ||a - ref||_F / ||ref||_F in double.
+double rel_to(const std::vector<float>& a, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
 std::string cell(double v) {
   char b[32];
   std::snprintf(b, sizeof b, "%.4f", v);
@@ -58,13 +69,12 @@ NsStepErrors ns_step_errors(int64_t rows, int64_t cols, const NsCoefficients& co
       const std::vector<float> fp32 = newton_schulz(x, rows, cols, o);
       o.precision = NsPrecision::kNvfp4;
       const std::vector<float> fp4 = newton_schulz(x, rows, cols, o);
-      double num = 0, den = 0;
-      for (size_t i = 0; i < fp32.size(); ++i) {
-        num += (static_cast<double>(fp4[i]) - fp32[i]) * (static_cast<double>(fp4[i]) - fp32[i]);
-        den += static_cast<double>(fp32[i]) * fp32[i];
+      r.e_q[static_cast<size_t>(k - 1)] += rel_to(fp4, fp32) / samples;
+      if (k == steps) {
+        r.fp32_polar_error += rel_frobenius(fp32, polar_factor(x.data(), rows, cols)) / samples;
+        o.precision = NsPrecision::kBf16;
+        r.e_bf16 += rel_to(newton_schulz(x, rows, cols, o), fp32) / samples;
       }
-      r.e_q[static_cast<size_t>(k - 1)] += std::sqrt(num / den) / samples;
-      if (k == steps) r.fp32_polar_error += rel_frobenius(fp32, polar_factor(x.data(), rows, cols)) / samples;
     }
   }
   return r;
@@ -72,9 +82,9 @@ NsStepErrors ns_step_errors(int64_t rows, int64_t cols, const NsCoefficients& co
 
 std::string q_root_error_table(const QRootTableOptions& opt) {
   std::ostringstream t;
-  t << "| shape | input | coefficients (a, b, c) | clipping | e_q step 1 | 2 | 3 | 4 | 5 | FP32 polar error "
-       "(5 steps) |\n"
-    << "|---|---|---|---|---|---|---|---|---|---|\n";
+  t << "| shape | input | coefficients (a, b, c) | clipping | e_q step 1 | 2 | 3 | 4 | 5 | BF16 NS vs FP32 "
+       "(5 steps) | FP32 polar error (5 steps) |\n"
+    << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& [rows, cols] : opt.shapes) {
     NsFitSettings fs;
     fs.max_evals = opt.fit_evals;
@@ -93,7 +103,7 @@ std::string q_root_error_table(const QRootTableOptions& opt) {
           t << "| " << rows << " x " << cols << " | " << kind << " | " << c << " | "
             << (q < 1 ? "p99" : "none");
           for (double v : e.e_q) t << " | " << cell(v);
-          t << " | " << cell(e.fp32_polar_error) << " |\n";
+          t << " | " << cell(e.e_bf16) << " | " << cell(e.fp32_polar_error) << " |\n";
         }
   }
   return t.str();

@@ -21,6 +21,9 @@ std::vector<float> ns_sample_matrix(int64_t rows, int64_t cols, const std::strin
 struct NsStepErrors {
   std::vector<double> e_q;      // [k - 1]: mean e_q after k steps, k = 1..steps
   double fp32_polar_error = 0;  // mean ||NS_fp32(X) - polar(X)||_F / ||polar(X)||_F after all steps
+  // The same measure for BF16 operands (root-bf16, Q-Root's baseline on tensor cores): mean
+  // ||NS_bf16(X) - NS_fp32(X)||_F / ||NS_fp32(X)||_F after all steps.
+  double e_bf16 = 0;
 };
 // Means over `samples` inputs of `kind`; clip_quantile < 1 clamps each input to its |x| quantile first
 // (ROOT's clipping, the same input for both precisions). NVFP4 with RTN operands.
@@ -35,8 +38,8 @@ struct QRootTableOptions {
   int fit_evals = 120;
 };
 // Markdown: per shape and input kind, rows for Muon's coefficients, Q-Root's default and coefficients
-// fitted on that shape in NVFP4, each without clipping and with p99 clipping: e_q per step and the FP32
-// map's polar error.
+// fitted on that shape in NVFP4, each without clipping and with p99 clipping: e_q per step, the BF16
+// iteration's error against the FP32 one after all steps (e_bf16) and the FP32 map's polar error.
 std::string q_root_error_table(const QRootTableOptions& opt);
 
 }  // namespace fp4
