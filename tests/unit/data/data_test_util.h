@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "../error_of.h"
 #include "core/error.h"
 #include "data/byte_unicode.h"
 
@@ -50,18 +51,6 @@ inline void write_file(const std::filesystem::path& p, const std::string& bytes)
 inline std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// The message of the fp4::Error that fn throws; fails the test when it throws nothing.
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an fp4::Error";
-  return "";
 }
 
 // A seed that differs on every run, reported with SCOPED_TRACE so a failure can be replayed.

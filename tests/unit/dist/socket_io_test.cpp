@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "../error_of.h"
 #include "core/error.h"
 
 namespace fp4 {
@@ -23,15 +24,7 @@ SteadyClock::time_point in(milliseconds ms) {
   return SteadyClock::now() + ms;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an fp4::Error";
-  return "";
-}
+using testing::error_of;
 
 // A connected pair over 127.0.0.1.
 std::pair<Socket, Socket> connected_pair() {

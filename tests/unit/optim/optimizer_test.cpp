@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "../error_of.h"
 #include "core/error.h"
 #include "nn/parameters.h"
 #include "thread_comm.h"
@@ -14,15 +15,7 @@
 namespace fp4 {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an fp4::Error";
-  return "";
-}
+using testing::error_of;
 
 ParameterSet small_params() {
   ParameterSet ps;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../error_of.h"
 #include "core/error.h"
 #include "optim/q_adamw.h"
 
@@ -51,15 +52,7 @@ std::vector<StateTensor> param_tensors(const std::string& param, int64_t tiles, 
   return out;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an fp4::Error";
-  return "";
-}
+using testing::error_of;
 
 TEST(QAdamWState, NamesAndTiles) {
   const char* want[kQAdamStateRegions] = {"m.codes.",  "m.scales.", "m.scale.", "v.codes.",

@@ -9,20 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "../error_of.h"
 #include "core/error.h"
 
 namespace fp4 {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an fp4::Error";
-  return "";
-}
+using testing::error_of;
 
 // What a run directory records (to_toml) must read back as the same recipe: the report labels runs by it.
 TEST(RecipeIo, TomlRoundTrips) {

@@ -9,20 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "../error_of.h"
 #include "core/error.h"
 
 namespace fp4 {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an fp4::Error";
-  return "";
-}
+using testing::error_of;
 
 TEST(Tensor, NumelIsTheProductAndNewElementsAreZero) {
   std::mt19937 rng(std::random_device{}());

@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "../error_of.h"
 #include "core/error.h"
 #include "data/prepare.h"
 #include "model/config.h"
@@ -38,18 +39,6 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
-
-// The message of the fp4::Error that fn throws; fails the test when it throws nothing.
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an fp4::Error";
-  return "";
-}
 
 // A model small enough to train in milliseconds (byte vocabulary).
 inline ModelConfig small_model() {
