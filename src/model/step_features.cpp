@@ -1,5 +1,6 @@
 #include "model/step_features.h"
 
+#include <cstdio>
 #include <utility>
 
 #include "core/error.h"
@@ -94,22 +95,30 @@ class OsciResetFeature final : public StepFeature {
   std::vector<StepReport> take_reports() override {
     std::vector<StepReport> out;
     for (const OsciResetReport& report : pending_) {
-      int64_t tracked = 0, reset = 0;
+      int64_t tracked = 0, reset = 0, flips = 0;
+      double slots = 0;  // sum of tracked * steps: the total flip rate's denominator
       nlohmann::json layers = nlohmann::json::array();
       for (const OsciLayerReport& l : report.layers) {
         tracked += l.tracked;
         reset += l.reset;
-        layers.push_back(
-            {{"name", l.name}, {"tracked", l.tracked}, {"reset", l.reset}, {"mean_risk", l.mean_risk}});
+        flips += l.flips;
+        slots += static_cast<double>(l.tracked) * static_cast<double>(l.steps);
+        layers.push_back({{"name", l.name},
+                          {"tracked", l.tracked},
+                          {"reset", l.reset},
+                          {"mean_risk", l.mean_risk},
+                          {"flips", l.flips},
+                          {"flip_rate", l.flip_rate}});
       }
+      const double flip_rate = slots > 0 ? static_cast<double>(flips) / slots : 0.0;
       StepReport r;
-      r.line = {{"type", "osci_reset"},
-                {"step", report.step},
-                {"tracked", tracked},
-                {"reset", reset},
-                {"layers", layers}};
+      r.line = {{"type", "osci_reset"}, {"step", report.step},    {"tracked", tracked}, {"reset", reset},
+                {"flips", flips},       {"flip_rate", flip_rate}, {"layers", layers}};
+      char rate[32];
+      std::snprintf(rate, sizeof rate, "%.3g", flip_rate);
       r.message = "osci_reset at step " + std::to_string(report.step) + ": " + std::to_string(reset) +
-                  " of " + std::to_string(tracked) + " weights reset to their grid points";
+                  " of " + std::to_string(tracked) + " weights reset to their grid points; flip rate " +
+                  rate + " per element and step";
       out.push_back(std::move(r));
     }
     pending_.clear();

@@ -11,6 +11,9 @@ namespace {
 
 constexpr const char* kWindowName = "osci_reset.window";
 constexpr const char* kFields[4] = {"prev_w", "prev_q", "dist_m", "dist_q"};
+// I64 [2]: the window's flip count so far and the steps it covers. Checkpoints written before flips were
+// counted lack it: their window resumes counting from zero over the steps still to come.
+constexpr const char* kFlipsField = "flips";
 
 StateTensor f32_tensor(const std::string& name, const std::vector<float>& v, int64_t rows, int64_t cols) {
   StateTensor t{name, "F32", {rows, cols}, std::vector<uint8_t>(v.size() * sizeof(float))};
@@ -83,6 +86,11 @@ double osci_mean_risk(std::span<const double> chunk_sums, int64_t tracked) {
   return tracked > 0 ? total / static_cast<double>(tracked) : 0.0;
 }
 
+double osci_flip_rate(int64_t flips, int64_t tracked, int64_t steps) {
+  const double slots = static_cast<double>(tracked) * static_cast<double>(steps);
+  return slots > 0 ? static_cast<double>(flips) / slots : 0.0;
+}
+
 std::optional<OsciResetReport> OsciReset::after_step(int64_t step, WeightAccess& weights) {
   std::optional<OsciResetReport> report;
   if (active_) {
@@ -118,6 +126,13 @@ std::vector<StateTensor> OsciReset::save_state() const {
     const auto n = static_cast<int64_t>(k.prev_w.size());
     for (int f = 0; f < 4; ++f)
       out.push_back(f32_tensor(std::string(kStatePrefix) + t.name + "." + kFields[f], *fields[f], n, 1));
+    StateTensor flips{std::string(kStatePrefix) + t.name + "." + kFlipsField,
+                      "I64",
+                      {2},
+                      std::vector<uint8_t>(2 * sizeof(int64_t))};
+    const int64_t counts[2] = {k.flips, k.flip_steps};
+    std::memcpy(flips.bytes.data(), counts, sizeof counts);
+    out.push_back(std::move(flips));
     if (!k.index.empty()) {
       StateTensor idx{std::string(kStatePrefix) + t.name + ".index",
                       "I64",
@@ -149,6 +164,10 @@ void OsciReset::load_state(const std::vector<StateTensor>& state) {
     return nullptr;
   };
   const bool fraction = cfg_.track_fraction < 1.0;
+  // Flip counts: every weight's or (an older checkpoint) none; a state with only some is damaged.
+  size_t with_flips = 0;
+  for (const OsciTarget& t : targets_)
+    if (find(std::string(kStatePrefix) + t.name + "." + kFlipsField)) ++with_flips;
   std::vector<OsciTrack> tracks(targets_.size());
   for (size_t i = 0; i < targets_.size(); ++i) {
     const OsciTarget& t = targets_[i];
@@ -178,6 +197,22 @@ void OsciReset::load_state(const std::vector<StateTensor>& state) {
                 "osci_reset state: ", name, " should be ", n, " F32 values");
       fields[f]->resize(static_cast<size_t>(n));
       std::memcpy(fields[f]->data(), s->bytes.data(), s->bytes.size());
+    }
+    const std::string flips_name = prefix + kFlipsField;
+    if (const StateTensor* s = find(flips_name)) {
+      FP4_CHECK(s->dtype == "I64" && s->bytes.size() == 2 * sizeof(int64_t), "osci_reset state: ", flips_name,
+                " should be 2 I64 values (flips, steps)");
+      int64_t counts[2];
+      std::memcpy(counts, s->bytes.data(), sizeof counts);
+      FP4_CHECK(counts[1] >= 0 && counts[0] >= 0 &&
+                    (n == 0 ? counts[0] == 0 : counts[0] / n + (counts[0] % n != 0) <= counts[1]),
+                "osci_reset state: ", flips_name, " holds ", counts[0], " flips over ", counts[1],
+                " steps of ", n, " tracked elements (at most one flip per element and step)");
+      k.flips = counts[0];
+      k.flip_steps = counts[1];
+    } else {
+      FP4_CHECK(with_flips == 0, "osci_reset state: ", flips_name, " is missing while ", with_flips,
+                " other weights have theirs");
     }
   }
   backend_->upload(targets_, std::move(tracks));

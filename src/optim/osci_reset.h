@@ -62,11 +62,14 @@ class OsciReset {
   void set_fp4_columns(const std::string& name, std::vector<int32_t> columns);
 
   // Checkpoint state: "osci_reset.window" (I64: step of the window's snapshot, -1 when not tracking) and
-  // per weight "osci_reset.<name>.{prev_w,prev_q,dist_m,dist_q}" (F32) while tracking, plus
-  // "osci_reset.<name>.index" (I64) when tracking a fraction.
+  // per weight "osci_reset.<name>.{prev_w,prev_q,dist_m,dist_q}" (F32) and "osci_reset.<name>.flips" (I64
+  // [2]: flips so far, steps they cover) while tracking, plus "osci_reset.<name>.index" (I64) when tracking
+  // a fraction.
   std::vector<StateTensor> save_state() const;
   // Restores save_state()'s tensors (names not starting with "osci_reset." are ignored); a state without
-  // them leaves the tracker idle until its next snapshot.
+  // them leaves the tracker idle until its next snapshot. A mid-window state without any ".flips" (written
+  // before flips were counted) resumes with flips = 0 over 0 steps: the window's report then counts the
+  // flips of the steps after the resume, and its flip_rate divides by those steps.
   void load_state(const std::vector<StateTensor>& state);
 
   static constexpr const char* kStatePrefix = "osci_reset.";

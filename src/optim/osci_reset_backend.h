@@ -33,18 +33,26 @@ struct OsciTarget {
   std::vector<int32_t> fp4_columns;
 };
 
-// What the end of one window did, per weight: elements tracked and reset, mean risk R.
+// What the end of one window did, per weight: elements tracked and reset, mean risk R, and the flips: over
+// the `steps` accumulated steps, how often a tracked element's Q(w) differed from its prev_q (flip_rate =
+// flips / (tracked * steps), 0 when that is 0).
 struct OsciLayerReport {
   std::string name;
   int64_t tracked = 0;
   int64_t reset = 0;
   double mean_risk = 0;
+  int64_t flips = 0;
+  int64_t steps = 0;
+  double flip_rate = 0;
 };
 
 // One weight's window state in host form, as the checkpoint stores it.
 struct OsciTrack {
   std::vector<int64_t> index;  // tracked elements (ascending); empty: every element
   std::vector<float> prev_w, prev_q, dist_m, dist_q;
+  // Flips counted so far in the window, and over how many accumulate steps (the window's steps, fewer
+  // after resuming a checkpoint written before flips were counted).
+  int64_t flips = 0, flip_steps = 0;
 };
 
 // The mean risk of a report is summed in a fixed order that a GPU can follow without a host copy of R:
@@ -52,6 +60,8 @@ struct OsciTrack {
 // sums in order. Both forms use it, so their reports agree bit for bit.
 inline constexpr int64_t kOsciRiskChunk = 256;
 double osci_mean_risk(std::span<const double> chunk_sums, int64_t tracked);
+// flips / (tracked * steps), 0 when tracked * steps is 0.
+double osci_flip_rate(int64_t flips, int64_t tracked, int64_t steps);
 
 class OsciBackend {
  public:
@@ -65,7 +75,8 @@ class OsciBackend {
   // or (track_fraction < 1) the elements closest to a bin edge.
   virtual void snapshot(const std::vector<OsciTarget>& targets, double track_fraction,
                         WeightAccess& weights) = 0;
-  // One step of the window: dist_M += |w - prev_w|, dist_Q += |Q(w) - prev_q|, then prev = current.
+  // One step of the window: dist_M += |w - prev_w|, dist_Q += |Q(w) - prev_q|, flips += the number of
+  // elements with Q(w) != prev_q, flip_steps += 1, then prev = current.
   virtual void accumulate(const std::vector<OsciTarget>& targets, WeightAccess& weights) = 0;
   // The window's end (after this step's accumulate): w = prev_q where R >= threshold; the per-target
   // reports; the window's memory is released.

@@ -126,10 +126,14 @@ void OsciHostBackend::accumulate(const std::vector<OsciTarget>& targets, WeightA
     const std::vector<float> full = read_all(t, weights);
     std::vector<float> w = gather(full, k.index);
     std::vector<float> q = gather(quantized(t, full, nullptr), k.index);
+    int64_t flips = 0;
     for (size_t e = 0; e < w.size(); ++e) {
       k.dist_m[e] += std::fabs(w[e] - k.prev_w[e]);
       k.dist_q[e] += std::fabs(q[e] - k.prev_q[e]);
+      flips += q[e] != k.prev_q[e] ? 1 : 0;
     }
+    k.flips += flips;
+    ++k.flip_steps;
     k.prev_w.swap(w);
     k.prev_q.swap(q);
   }
@@ -145,7 +149,7 @@ std::vector<OsciLayerReport> OsciHostBackend::reset(const std::vector<OsciTarget
     // as they were read.
     std::vector<float> w = read_all(t, weights);
     const auto n = static_cast<int64_t>(k.prev_w.size());
-    OsciLayerReport layer{t.name, n, 0, 0.0};
+    OsciLayerReport layer{t.name, n, 0, 0.0, k.flips, k.flip_steps, osci_flip_rate(k.flips, n, k.flip_steps)};
     std::vector<double> chunk_sums(static_cast<size_t>((n + kOsciRiskChunk - 1) / kOsciRiskChunk), 0.0);
     for (int64_t j = 0; j < n; ++j) {
       const auto u = static_cast<size_t>(j);

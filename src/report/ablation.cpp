@@ -287,15 +287,16 @@ std::string osci_report(const std::vector<RunSummary>& runs, const std::filesyst
     if (best) chosen.push_back(best);
   }
   if (chosen.empty()) return "";
-  std::vector<PlotSeries> reset_series, risk_series;
+  std::vector<PlotSeries> reset_series, risk_series, flip_series;
+  bool any_flips = false;
   std::ostringstream t;
   t << "OsciReset windows (one row per closed window; 'reset' = tracked elements with risk R >= threshold, "
-       "set "
-       "to their grid point; the per-element flip rate is not recorded: the tracker keeps dist_Q, the summed "
-       "quantized travel, not a count of flips):\n\n"
-    << "| recipe | seed | step | tracked | reset (R >= threshold) | share reset | mean R | share reset per "
-       "block |\n"
-    << "|---|---|---|---|---|---|---|---|\n";
+       "set to their grid point; 'flip rate' = flips / (tracked x steps), a flip being a tracked element "
+       "whose quantized value Q(w) changed from one step to the next, tracked-weighted over the window's "
+       "weights; '-' where the run did not record flips):\n\n"
+    << "| recipe | seed | step | tracked | reset (R >= threshold) | share reset | mean R | flip rate | share "
+       "reset per block |\n"
+    << "|---|---|---|---|---|---|---|---|---|\n";
   for (size_t k = 0; k < chosen.size(); ++k) {
     const RunSummary& r = *chosen[k];
     int blocks = 0;
@@ -307,13 +308,39 @@ std::string osci_report(const std::vector<RunSummary>& runs, const std::filesyst
       per_reset[b] = {name, {}, {}, true, b, static_cast<int>(k)};
       per_risk[b] = {name, {}, {}, true, b, static_cast<int>(k)};
     }
+    // Flip rate per weight: a colour per block, a dash pattern per linear of the block (in the order met).
+    std::vector<std::string> weights, kinds;
+    std::vector<PlotSeries> per_flip;
     for (const auto& w : r.osci) {
       int64_t tracked = 0, reset = 0;
-      double risk_sum = 0;
+      double risk_sum = 0, flip_sum = 0;
+      int64_t flip_tracked = 0;
       std::vector<int64_t> bt(static_cast<size_t>(blocks)), br(static_cast<size_t>(blocks));
       std::vector<double> brisk(static_cast<size_t>(blocks));
       for (const auto& l : w.layers) {
         tracked += l.tracked, reset += l.reset, risk_sum += l.mean_risk * static_cast<double>(l.tracked);
+        if (l.flips) {
+          flip_sum += l.flip_rate * static_cast<double>(l.tracked), flip_tracked += l.tracked;
+          auto it = std::find(weights.begin(), weights.end(), l.name);
+          if (it == weights.end()) {
+            // The linear's name within its block ("attn.wqkv" of "blocks.3.attn.wqkv").
+            const size_t dot = block_of(l.name) >= 0 ? l.name.find('.', std::string_view("blocks.").size())
+                                                     : std::string::npos;
+            const std::string kind = dot == std::string::npos ? l.name : l.name.substr(dot + 1);
+            auto kt = std::find(kinds.begin(), kinds.end(), kind);
+            if (kt == kinds.end()) kt = kinds.insert(kinds.end(), kind);
+            weights.push_back(l.name);
+            per_flip.push_back({r.label + " " + l.name,
+                                {},
+                                {},
+                                true,
+                                std::max(0, block_of(l.name)),
+                                static_cast<int>(kt - kinds.begin())});
+            it = weights.end() - 1;
+          }
+          PlotSeries& ps = per_flip[static_cast<size_t>(it - weights.begin())];
+          ps.x.push_back(static_cast<double>(w.step)), ps.y.push_back(l.flip_rate);
+        }
         const int b = block_of(l.name);
         if (b < 0) continue;
         bt[b] += l.tracked, br[b] += l.reset, brisk[b] += l.mean_risk * static_cast<double>(l.tracked);
@@ -328,12 +355,16 @@ std::string osci_report(const std::vector<RunSummary>& runs, const std::filesyst
       }
       t << "| " << r.label << " | " << seed_text(r.seed) << " | " << w.step << " | " << tracked << " | "
         << reset << " | " << pct(tracked ? static_cast<double>(reset) / tracked : kNaN) << " | "
-        << fmt(tracked ? risk_sum / tracked : kNaN, "%.3f") << " | " << per_block << " |\n";
+        << fmt(tracked ? risk_sum / tracked : kNaN, "%.3f") << " | "
+        << fmt(flip_tracked ? flip_sum / static_cast<double>(flip_tracked) : kNaN, "%.3g") << " | "
+        << per_block << " |\n";
     }
     for (int b = 0; b < blocks; ++b) {
       reset_series.push_back(per_reset[b]);
       risk_series.push_back(per_risk[b]);
     }
+    any_flips = any_flips || !per_flip.empty();
+    flip_series.insert(flip_series.end(), per_flip.begin(), per_flip.end());
   }
   PlotSpec spec;
   spec.title = "OsciReset: share of tracked elements reset per window (R >= threshold)";
@@ -344,6 +375,16 @@ std::string osci_report(const std::vector<RunSummary>& runs, const std::filesyst
   spec.title = "OsciReset: mean oscillation risk R = dist_Q / dist_M per window";
   spec.y_label = "mean R (tracked-weighted over the block's linears)";
   write_file_atomically(svg_with_suffix(svg_path, "-oscirisk"), render_svg(spec, risk_series));
+  t << "\nPictures: " << svg_with_suffix(svg_path, "-osci").string() << ", "
+    << svg_with_suffix(svg_path, "-oscirisk").string();
+  if (any_flips) {
+    spec.title = "OsciReset: flip rate per weight and window (Q(w) changes per tracked element and step)";
+    spec.y_label = "flip rate";
+    spec.legend_width = 360;
+    write_file_atomically(svg_with_suffix(svg_path, "-osciflips"), render_svg(spec, flip_series));
+    t << ", " << svg_with_suffix(svg_path, "-osciflips").string();
+  }
+  t << "\n";
   return t.str();
 }
 

@@ -45,9 +45,11 @@ void write_scan_svg(const std::filesystem::path& path,
 bool write_mean_gap_svg(const std::filesystem::path& path, const std::vector<RunSummary>& runs,
                         const ReportOptions& opt);
 
-// OsciReset: <stem>-osci.svg (share of tracked elements reset, per block, over steps) and <stem>-oscirisk.svg
-// (mean risk R, tracked-weighted, per block), for the lowest seed of each recipe with records; a Markdown
-// table per window. Empty string when no run has records.
+// OsciReset: <stem>-osci.svg (share of tracked elements reset, per block, over steps), <stem>-oscirisk.svg
+// (mean risk R, tracked-weighted, per block) and, when the records hold flips, <stem>-osciflips.svg (flip
+// rate per weight over steps), for the lowest seed of each recipe with records; a Markdown table per window
+// (with the share reset and the mean flip rate) followed by the pictures' paths. Empty string when no run
+// has records.
 std::string osci_report(const std::vector<RunSummary>& runs, const std::filesystem::path& svg_stem);
 // OutControl: <stem>-outcontrol.svg (each linear's share of ||X||^2 in its MXFP8 channels) and a table.
 std::string out_control_report(const std::vector<RunSummary>& runs, const std::filesystem::path& svg_stem);

@@ -156,10 +156,15 @@ RunSummary summarize_run(const std::filesystem::path& dir) {
       for (const auto& l : array_field(j, "layers", where, what)) {
         const std::string layer = what + "'s layer";
         FP4_CHECK(l.is_object(), where, ": ", what, "'s \"layers\" holds ", l.dump(),
-                  "; accepted: objects with name, tracked, reset, mean_risk");
-        w.layers.push_back({string_field(l, "name", where, layer), integer_field(l, "tracked", where, layer),
+                  "; accepted: objects with name, tracked, reset, mean_risk (and flips, flip_rate)");
+        OsciLayerRecord rec{string_field(l, "name", where, layer), integer_field(l, "tracked", where, layer),
                             integer_field(l, "reset", where, layer),
-                            number_field(l, "mean_risk", where, layer)});
+                            number_field(l, "mean_risk", where, layer)};
+        if (l.contains("flips") || l.contains("flip_rate")) {  // both, or neither (lines of older versions)
+          rec.flips = integer_field(l, "flips", where, layer);
+          rec.flip_rate = number_field(l, "flip_rate", where, layer);
+        }
+        w.layers.push_back(std::move(rec));
       }
       s.osci.push_back(std::move(w));
     } else if (type == "out_control") {
@@ -292,9 +297,7 @@ std::string write_report(const std::vector<RunSummary>& runs, const ReportOption
     write_scan_svg(svg_with_suffix(opt.svg_path, "-scan"), per_budget, opt);
     out += "\nScan picture: " + svg_with_suffix(opt.svg_path, "-scan").string() + "\n";
   }
-  if (const std::string o = osci_report(main, opt.svg_path); !o.empty())
-    out += "\n" + o + "\nPictures: " + svg_with_suffix(opt.svg_path, "-osci").string() + ", " +
-           svg_with_suffix(opt.svg_path, "-oscirisk").string() + "\n";
+  if (const std::string o = osci_report(main, opt.svg_path); !o.empty()) out += "\n" + o;
   if (const std::string o = out_control_report(main, opt.svg_path); !o.empty())
     out += "\n" + o + "\nPicture: " + svg_with_suffix(opt.svg_path, "-outcontrol").string() + "\n";
   return out;

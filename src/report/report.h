@@ -12,11 +12,15 @@
 namespace fp4 {
 
 // One closed OsciReset window of a weight (metrics.jsonl "osci_reset" lines): elements tracked, elements
-// with risk R >= threshold (reset to their grid point) and the mean R.
+// with risk R >= threshold (reset to their grid point), the mean R, and (lines written since flips are
+// counted) the flips: elements whose Q(w) changed, summed over the window's steps, and the flip rate
+// flips / (tracked * steps). Older lines leave flips empty.
 struct OsciLayerRecord {
   std::string name;
   int64_t tracked = 0, reset = 0;
   double mean_risk = 0;
+  std::optional<int64_t> flips;
+  double flip_rate = 0;
 };
 struct OsciWindowRecord {
   int64_t step = 0;  // the step that closed the window

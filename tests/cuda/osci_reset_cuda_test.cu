@@ -73,6 +73,11 @@ void expect_same_reports(const std::optional<OsciResetReport>& dev,
     EXPECT_EQ(d.reset, h.reset) << d.name << " at step " << step;
     EXPECT_EQ(std::memcmp(&d.mean_risk, &h.mean_risk, sizeof(double)), 0)
         << d.name << " at step " << step << ": mean risk " << d.mean_risk << " vs " << h.mean_risk;
+    // The device's integer flip count (one atomic per block) is the host's exactly.
+    EXPECT_EQ(d.flips, h.flips) << d.name << " at step " << step;
+    EXPECT_EQ(d.steps, h.steps) << d.name << " at step " << step;
+    EXPECT_EQ(std::memcmp(&d.flip_rate, &h.flip_rate, sizeof(double)), 0)
+        << d.name << " at step " << step << ": flip rate " << d.flip_rate << " vs " << h.flip_rate;
   }
 }
 
@@ -174,16 +179,21 @@ TEST_P(OsciResetCudaForms, DeviceAndHostTrackersAgreeBitForBit) {
   EXPECT_EQ(dev.backend().where(), "cuda");
   EXPECT_EQ(host.backend().where(), "host");
   int windows = 0;
-  int64_t resets = 0;
+  int64_t resets = 0, flips = 0;
   for (int64_t step = 1; step <= 16; ++step) {
     const auto report = rig.step(step, dev, host);
     if (HasFatalFailure() || HasFailure()) return;  // the first difference says enough
     if (!report) continue;
     ++windows;
-    for (const auto& l : report->layers) resets += l.reset;
+    for (const auto& l : report->layers) {
+      resets += l.reset;
+      flips += l.flips;
+      EXPECT_EQ(l.steps, oc.window) << l.name;
+    }
   }
   EXPECT_EQ(windows, 3);
   EXPECT_GT(resets, 0) << "no element reached R >= 1 in three windows: the comparison saw no reset";
+  EXPECT_GT(flips, 0) << "no grid point moved in three windows: the comparison saw no flip";
 }
 
 TEST_P(OsciResetCudaForms, StateSavedByOneFormContinuesInTheOther) {
@@ -202,6 +212,13 @@ TEST_P(OsciResetCudaForms, StateSavedByOneFormContinuesInTheOther) {
   host2.load_state(from_dev);
   expect_same_state(dev2.save_state(), from_host, "device form right after loading the host's state");
   expect_same_state(host2.save_state(), from_dev, "host form right after loading the device's state");
+  // A state without flip counts (written before they existed) loads into both forms alike.
+  std::vector<StateTensor> old = from_dev;
+  std::erase_if(old, [](const StateTensor& t) { return t.name.ends_with(".flips"); });
+  OsciReset dev3(oc, 16, rig.targets, device_form(*rig.dev)), host3(oc, 16, rig.targets);
+  dev3.load_state(old);
+  host3.load_state(old);
+  expect_same_state(dev3.save_state(), host3.save_state(), "both forms after loading a state without flips");
   int windows = 0;
   for (int64_t step = 9; step <= 13; ++step) windows += rig.step(step, dev2, host2).has_value();
   EXPECT_EQ(windows, 1);  // the window opened after step 7 closes after step 10
@@ -325,7 +342,7 @@ TEST(OsciResetCuda, AWeightOf37RowsAtAnUnalignedAddress) {
       const OsciResetConfig oc = osci_config(1.0, fraction);
       OsciReset dev(oc, 16, {target}, std::make_unique<cuda::OsciDeviceBackend>(dev_w)),
           host(oc, 16, {target});
-      int64_t resets = 0;
+      int64_t resets = 0, flips = 0;
       for (int64_t step = 1; step <= 11; ++step) {
         // A random walk of the same values on both sides: many grid points move.
         for (auto& v : host_w.w) v += 0.05f * d(rng);
@@ -337,11 +354,13 @@ TEST(OsciResetCuda, AWeightOf37RowsAtAnUnalignedAddress) {
         expect_same_state(dev.save_state(), host.save_state(), "after step " + std::to_string(step));
         if (rd) {
           resets += rd->layers[0].reset;
+          flips += rd->layers[0].flips;
           EXPECT_EQ(dev_w.written - written_before, rd->layers[0].reset > 0 ? 1 : 0)
               << "the working copy must be refreshed exactly when a weight changed";
         }
       }
       EXPECT_GT(resets, 0);
+      EXPECT_GT(flips, 0);
     }
   }
   // 16x16 blocks need a multiple of 16 rows: refused, naming the weight, as the host form refuses it.

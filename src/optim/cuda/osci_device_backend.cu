@@ -18,12 +18,13 @@ void zero(DeviceBuffer<float>& b, cudaStream_t s) {
 
 }  // namespace
 
-OsciDeviceBackend::Track::Track(int64_t count)
+OsciDeviceBackend::Track::Track(int64_t count, unsigned long long* flip_counter)
     : n(count),
       prev_w(static_cast<size_t>(count)),
       prev_q(static_cast<size_t>(count)),
       dist_m(static_cast<size_t>(count)),
-      dist_q(static_cast<size_t>(count)) {}
+      dist_q(static_cast<size_t>(count)),
+      flips(flip_counter) {}
 
 OsciDeviceTrack OsciDeviceBackend::Track::view() {
   return OsciDeviceTrack{index.size() > 0 ? index.data() : nullptr,
@@ -31,7 +32,8 @@ OsciDeviceTrack OsciDeviceBackend::Track::view() {
                          prev_w.data(),
                          prev_q.data(),
                          dist_m.data(),
-                         dist_q.data()};
+                         dist_q.data(),
+                         flips};
 }
 
 float* OsciDeviceBackend::master(const OsciTarget& t) const {
@@ -54,11 +56,20 @@ void OsciDeviceBackend::prepare(const std::vector<OsciTarget>& targets) {
   }
   quantizer_.reserve(targets);
   if (static_cast<int64_t>(q_.size()) < largest) q_ = DeviceBuffer<float>(static_cast<size_t>(largest));
+  flips_ = DeviceBuffer<unsigned long long>(targets.size());
+  if (flips_.size() > 0)
+    FP4_CUDA_CHECK(cudaMemsetAsync(flips_.data(), 0, flips_.bytes(), masters_.device_stream()));
 }
 
 void OsciDeviceBackend::upload_track(const OsciTrack& h) {
   const cudaStream_t s = masters_.device_stream();
-  Track k(static_cast<int64_t>(h.prev_w.size()));
+  FP4_CHECK(tracks_.size() < flips_.size(), "osci_reset (cuda): more tracks than weights");
+  FP4_CHECK(h.flips >= 0 && h.flip_steps >= 0, "osci_reset (cuda): negative flip count ", h.flips, " over ",
+            h.flip_steps, " steps");
+  Track k(static_cast<int64_t>(h.prev_w.size()), flips_.data() + tracks_.size());
+  k.flip_steps = h.flip_steps;
+  const auto flips = static_cast<unsigned long long>(h.flips);
+  copy_to_device(k.flips, &flips, sizeof flips, s);
   if (!h.index.empty()) {
     std::vector<uint32_t> index(h.index.size());
     for (size_t j = 0; j < index.size(); ++j) {
@@ -92,7 +103,7 @@ void OsciDeviceBackend::snapshot(const std::vector<OsciTarget>& targets, double 
       upload_track(osci_host_snapshot(t, host, track_fraction));
       continue;
     }
-    Track k(n);
+    Track k(n, flips_.data() + tracks_.size());  // its counter was zeroed by prepare
     FP4_CUDA_CHECK(cudaMemcpyAsync(k.prev_w.data(), w, k.prev_w.bytes(), cudaMemcpyDeviceToDevice, s));
     quantizer_.run(t, w, k.prev_q.data(), s);
     zero(k.dist_m, s);
@@ -108,6 +119,7 @@ void OsciDeviceBackend::accumulate(const std::vector<OsciTarget>& targets, Weigh
     const float* w = master(targets[i]);
     quantizer_.run(targets[i], w, q_.data(), s);
     osci_accumulate_cuda(tracks_[i].view(), w, q_.data(), s);
+    ++tracks_[i].flip_steps;
   }
 }
 
@@ -125,12 +137,16 @@ std::vector<OsciLayerReport> OsciDeviceBackend::reset(const std::vector<OsciTarg
                     counts.data() + first[i], s);
   std::vector<double> host_sums(chunks);
   std::vector<uint32_t> host_counts(chunks);
+  std::vector<unsigned long long> host_flips(flips_.size());
+  copy_to_host(host_flips.data(), flips_.data(), flips_.bytes(), s);
   copy_to_host(host_sums.data(), sums.data(), sums.bytes(), s);
   copy_to_host(host_counts.data(), counts.data(), counts.bytes(), s);  // waits for the reset kernels
   std::vector<OsciLayerReport> out;
   for (size_t i = 0; i < targets.size(); ++i) {
     const auto b = static_cast<size_t>(first[i]), e = static_cast<size_t>(first[i + 1]);
-    OsciLayerReport layer{targets[i].name, tracks_[i].n, 0, 0.0};
+    const auto flips = static_cast<int64_t>(host_flips[i]);
+    const int64_t n = tracks_[i].n, steps = tracks_[i].flip_steps;
+    OsciLayerReport layer{targets[i].name, n, 0, 0.0, flips, steps, osci_flip_rate(flips, n, steps)};
     for (size_t c = b; c < e; ++c) layer.reset += host_counts[c];
     layer.mean_risk = osci_mean_risk(std::span<const double>(host_sums).subspan(b, e - b), tracks_[i].n);
     if (layer.reset > 0) masters_.master_written(targets[i].name);
@@ -143,8 +159,12 @@ std::vector<OsciLayerReport> OsciDeviceBackend::reset(const std::vector<OsciTarg
 std::vector<OsciTrack> OsciDeviceBackend::download() const {
   const cudaStream_t s = masters_.device_stream();
   std::vector<OsciTrack> out;
+  std::vector<unsigned long long> flips(flips_.size());
+  if (!tracks_.empty()) copy_to_host(flips.data(), flips_.data(), flips_.bytes(), s);
   for (const Track& k : tracks_) {
     OsciTrack h;
+    h.flips = static_cast<int64_t>(flips[out.size()]);
+    h.flip_steps = k.flip_steps;
     const auto n = static_cast<size_t>(k.n);
     if (k.index.size() > 0) {
       std::vector<uint32_t> index(n);
@@ -170,10 +190,11 @@ void OsciDeviceBackend::upload(const std::vector<OsciTarget>& targets, std::vect
 }
 
 void OsciDeviceBackend::clear() {
-  if (!tracks_.empty() || q_.size() > 0)
+  if (!tracks_.empty() || q_.size() > 0 || flips_.size() > 0)
     FP4_CUDA_CHECK(cudaStreamSynchronize(masters_.device_stream()));  // nothing queued may use the buffers
   tracks_.clear();
   q_ = DeviceBuffer<float>();
+  flips_ = DeviceBuffer<unsigned long long>();
   quantizer_.release();
 }
 

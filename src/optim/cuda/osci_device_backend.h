@@ -2,10 +2,11 @@
 // and dist_Q live on the GPU, and the masters are read and written in place (DeviceMasterWeights). A step
 // of a window is, per weight, Q(w) by the CUDA quantizer and one accumulation kernel, all queued on the
 // engine's stream without a host wait. A window's end runs the reset kernel, copies one partial sum and
-// count per 256 tracked elements to the host for the report, and refreshes the BF16 working copy of each
-// weight it changed. With track_fraction < 1 the snapshot copies each weight to the host once and selects
-// its elements there (osci_host_snapshot); the window then runs on the device over the index list.
-// Results, reports and checkpoint tracks are the host form's bit for bit (optim/osci_reset_host.h).
+// count per 256 tracked elements and each weight's flip count to the host for the report, and refreshes the
+// BF16 working copy of each weight it changed. With track_fraction < 1 the snapshot copies each weight to the
+// host once and selects its elements there (osci_host_snapshot); the window then runs on the device over the
+// index list. Results, reports and checkpoint tracks are the host form's bit for bit
+// (optim/osci_reset_host.h).
 #pragma once
 
 #include <cstdint>
@@ -40,7 +41,9 @@ class OsciDeviceBackend final : public OsciBackend {
     int64_t n = 0;
     DeviceBuffer<uint32_t> index;  // empty: every element
     DeviceBuffer<float> prev_w, prev_q, dist_m, dist_q;
-    explicit Track(int64_t count);
+    unsigned long long* flips = nullptr;  // its counter in flips_
+    int64_t flip_steps = 0;               // accumulate steps the count covers (kept on the host)
+    Track(int64_t count, unsigned long long* flip_counter);
     OsciDeviceTrack view();
   };
   float* master(const OsciTarget& t) const;              // checked against the target's shape
@@ -51,6 +54,7 @@ class OsciDeviceBackend final : public OsciBackend {
   std::vector<Track> tracks_;
   OsciDeviceQuantizer quantizer_;
   DeviceBuffer<float> q_;  // Q(w) of the weight being accumulated (the largest target's size)
+  DeviceBuffer<unsigned long long> flips_;  // per target, the window's flips so far
 };
 
 }  // namespace fp4::cuda

@@ -17,13 +17,26 @@ unsigned blocks_for(int64_t items) {
 __global__ void osci_accumulate_kernel(OsciDeviceTrack t, const float* __restrict__ w,
                                        const float* __restrict__ q) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  unsigned flips = 0;
   for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < t.n; j += stride) {
     const int64_t e = t.index != nullptr ? static_cast<int64_t>(t.index[j]) : j;
-    const float wn = w[e], qn = q[e];
+    const float wn = w[e], qn = q[e], pq = t.prev_q[j];
     t.dist_m[j] = __fadd_rn(t.dist_m[j], fabsf(__fsub_rn(wn, t.prev_w[j])));
-    t.dist_q[j] = __fadd_rn(t.dist_q[j], fabsf(__fsub_rn(qn, t.prev_q[j])));
+    t.dist_q[j] = __fadd_rn(t.dist_q[j], fabsf(__fsub_rn(qn, pq)));
+    flips += qn != pq ? 1u : 0u;
     t.prev_w[j] = wn;
     t.prev_q[j] = qn;
+  }
+  // The block's flips: a warp sum by shuffles, the warps' sums in shared memory, one atomic per block.
+  for (int offset = 16; offset > 0; offset /= 2) flips += __shfl_down_sync(0xffffffffu, flips, offset);
+  __shared__ unsigned warp_flips[kThreads / 32];
+  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_flips[warp] = flips;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long total = 0;
+    for (unsigned k = 0; k < blockDim.x / 32; ++k) total += warp_flips[k];
+    if (total > 0) atomicAdd(t.flips, total);
   }
 }
 
@@ -57,6 +70,7 @@ int64_t osci_chunk_count(int64_t n) {
 
 void osci_accumulate_cuda(const OsciDeviceTrack& t, const float* w, const float* q, cudaStream_t stream) {
   if (t.n == 0) return;
+  FP4_CHECK(t.flips != nullptr, "osci_accumulate_cuda: no flip counter");
   osci_accumulate_kernel<<<blocks_for(t.n), kThreads, 0, stream>>>(t, w, q);
   FP4_CUDA_CHECK_LAUNCH("osci_accumulate_kernel");
 }

@@ -18,10 +18,12 @@ struct OsciDeviceTrack {
   float* prev_q = nullptr;
   float* dist_m = nullptr;
   float* dist_q = nullptr;
+  unsigned long long* flips = nullptr;  // one counter: the window's flips so far
 };
 
 // Per tracked element, with w the weight and q = Q(w) (both full, row-major): dist_m += |w - prev_w|,
-// dist_q += |q - prev_q|, then prev_w = w, prev_q = q.
+// dist_q += |q - prev_q|, *flips += 1 where q != prev_q, then prev_w = w, prev_q = q. The flips are summed
+// per block and added with one integer atomic per block: exact in any order, so the host form's count.
 void osci_accumulate_cuda(const OsciDeviceTrack& t, const float* w, const float* q, cudaStream_t stream);
 
 // The chunks of kOsciRiskChunk tracked elements the reset reduces over (optim/osci_reset_backend.h).

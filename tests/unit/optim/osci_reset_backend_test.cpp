@@ -59,6 +59,8 @@ class RecordingBackend final : public OsciBackend {
       std::normal_distribution<float> d;
       for (auto* f : {&k.prev_w, &k.prev_q, &k.dist_m, &k.dist_q})
         for (int64_t j = 0; j < n; ++j) f->push_back(d(rng));
+      k.flip_steps = std::uniform_int_distribution<int64_t>(0, 50)(rng);
+      k.flips = std::uniform_int_distribution<int64_t>(0, n * k.flip_steps)(rng);
       tracks.push_back(std::move(k));
     }
   }
@@ -166,7 +168,7 @@ TEST(OsciResetBackend, CheckpointTensorsAreTheBackendsTracksAndLoadBackUnchanged
     std::memcpy(&ws, by_name["osci_reset.window"]->bytes.data(), sizeof ws);
     EXPECT_EQ(ws, 2);
     const auto targets = two_targets();
-    EXPECT_EQ(st.size(), 1 + targets.size() * (with_index ? 5 : 4));
+    EXPECT_EQ(st.size(), 1 + targets.size() * (with_index ? 6 : 5));
     for (size_t i = 0; i < targets.size(); ++i) {
       const OsciTrack& k = ra.tracks[i];
       const std::string p = "osci_reset." + targets[i].name + ".";
@@ -181,6 +183,15 @@ TEST(OsciResetBackend, CheckpointTensorsAreTheBackendsTracksAndLoadBackUnchanged
         ASSERT_EQ(t.bytes.size(), v->size() * sizeof(float));
         EXPECT_EQ(std::memcmp(t.bytes.data(), v->data(), t.bytes.size()), 0) << p + f;
       }
+      ASSERT_EQ(by_name.count(p + "flips"), 1u);
+      const StateTensor& flips = *by_name[p + "flips"];
+      EXPECT_EQ(flips.dtype, "I64");
+      EXPECT_EQ(flips.shape, (std::vector<int64_t>{2}));
+      ASSERT_EQ(flips.bytes.size(), 2 * sizeof(int64_t));
+      int64_t counts[2];
+      std::memcpy(counts, flips.bytes.data(), sizeof counts);
+      EXPECT_EQ(counts[0], k.flips);
+      EXPECT_EQ(counts[1], k.flip_steps);
       ASSERT_EQ(by_name.count(p + "index"), with_index ? 1u : 0u);
       if (with_index) {
         const StateTensor& t = *by_name[p + "index"];
@@ -202,6 +213,8 @@ TEST(OsciResetBackend, CheckpointTensorsAreTheBackendsTracksAndLoadBackUnchanged
       EXPECT_EQ(rb.uploaded[i].index, ra.tracks[i].index);
       EXPECT_TRUE(same_bytes(rb.uploaded[i].prev_w, ra.tracks[i].prev_w));
       EXPECT_TRUE(same_bytes(rb.uploaded[i].dist_q, ra.tracks[i].dist_q));
+      EXPECT_EQ(rb.uploaded[i].flips, ra.tracks[i].flips);
+      EXPECT_EQ(rb.uploaded[i].flip_steps, ra.tracks[i].flip_steps);
     }
     const std::vector<StateTensor> again = second.save_state();
     ASSERT_EQ(again.size(), st.size());

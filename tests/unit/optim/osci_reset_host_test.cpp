@@ -97,6 +97,134 @@ TEST(OsciResetHost, TheResetAndItsReportFollowTheTracks) {
   }
 }
 
+// A weight whose every element sits near a chosen E2M1 grid point: code[e] is a signed magnitude index
+// (+-1..7 for 0.5..6, 0 for zero), and every 16-column block starts with +-6, so that every 1x16 and
+// 16x16 block (and the tensor) keeps amax 6 and the grid stays put. Q(w) then changes exactly where the
+// signed grid value changes (+0 and -0 dequantize to equal values: no flip).
+struct GridScene {
+  static constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  int64_t rows = 32, cols = 128;
+  std::mt19937 rng;
+  std::vector<int> code;
+  explicit GridScene(uint32_t seed) : rng(seed), code(static_cast<size_t>(rows * cols)) {
+    for (size_t e = 0; e < code.size(); ++e) code[e] = random_code(e);
+  }
+  bool anchor(size_t e) const { return static_cast<int64_t>(e) % 16 == 0; }
+  int random_code(size_t e) {
+    const int sign = rng() % 2 ? 1 : -1;
+    return sign * (anchor(e) ? 7 : static_cast<int>(rng() % 7));  // 0..4 away from the 6s: amax stays 6
+  }
+  // The values: each grid point plus a jitter well inside its bin (the narrowest half-bin is 0.25).
+  void write(std::vector<float>& w) {
+    std::uniform_real_distribution<float> jitter(-0.1f, 0.1f);
+    w.resize(code.size());
+    for (size_t e = 0; e < code.size(); ++e) {
+      const float mag = kMag[std::abs(code[e])];
+      w[e] = (code[e] < 0 ? -mag : mag) + (anchor(e) ? 0.0f : jitter(rng));
+    }
+  }
+  static bool same_value(int a, int b) { return a == b || (a == 0 && b == 0); }
+};
+
+// Flips on a hand-made sequence: at every step some elements move to another grid point (the anchors
+// flip their sign), the rest jitter in place; the count is the number of tracked elements whose grid
+// point changed, summed over the steps, with every element and with a tracked fraction.
+TEST(OsciResetHost, FlipsCountTheTrackedElementsWhoseGridPointChanged) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (const double fraction : {1.0, 0.3})
+    for (const bool tensor : {false, true}) {
+      SCOPED_TRACE(std::string(tensor ? "16x16 tensor" : "1x16 block128") + " fraction " +
+                   std::to_string(fraction));
+      GridScene g(seed + (tensor ? 1u : 0u));
+      const OsciTarget t{"w", g.rows, g.cols, q2_spec(tensor), {}};
+      MemoryWeights mem;
+      g.write(mem.w["w"]);
+      OsciHostBackend host;
+      host.snapshot({t}, fraction, mem);
+      const std::vector<int64_t> index = host.download()[0].index;
+      const auto tracked = static_cast<int64_t>(fraction < 1 ? index.size() : g.code.size());
+      const auto element = [&](int64_t j) { return static_cast<size_t>(index.empty() ? j : index[j]); };
+      int64_t want = 0;
+      const int steps = 5;
+      for (int s = 0; s < steps; ++s) {
+        const std::vector<int> before = g.code;
+        const double move = s == 2 ? 0.0 : 0.3;  // one step where nothing changes bins
+        for (size_t e = 0; e < g.code.size(); ++e)
+          if (std::uniform_real_distribution<double>(0, 1)(g.rng) < move) g.code[e] = g.random_code(e);
+        for (int64_t j = 0; j < tracked; ++j)
+          want += GridScene::same_value(before[element(j)], g.code[element(j)]) ? 0 : 1;
+        g.write(mem.w["w"]);
+        host.accumulate({t}, mem);
+        const OsciTrack k = host.download()[0];
+        EXPECT_EQ(k.flips, want) << "after step " << s + 1;
+        EXPECT_EQ(k.flip_steps, s + 1);
+      }
+      EXPECT_GT(want, 0);
+      EXPECT_LT(want, tracked * steps);
+      const std::vector<OsciLayerReport> rep = host.reset({t}, 1e30, mem);
+      ASSERT_EQ(rep.size(), 1u);
+      EXPECT_EQ(rep[0].reset, 0);
+      EXPECT_EQ(rep[0].flips, want);
+      EXPECT_EQ(rep[0].steps, steps);
+      EXPECT_EQ(rep[0].flip_rate, static_cast<double>(want) / (static_cast<double>(tracked) * steps));
+    }
+}
+
+// Weights that stand still, or move inside their bins, flip nothing; weights whose every element
+// alternates between two grid points flip every tracked element at every step (flip_rate 1).
+TEST(OsciResetHost, FlipsAreZeroForStillWeightsAndEveryElementForAlternatingOnes) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (const double fraction : {1.0, 0.3})
+    for (const bool tensor : {false, true}) {
+      SCOPED_TRACE(std::string(tensor ? "16x16 tensor" : "1x16 block128") + " fraction " +
+                   std::to_string(fraction));
+      const int steps = 4;
+      {  // still, then jittering in place
+        GridScene g(seed);
+        const OsciTarget t{"w", g.rows, g.cols, q2_spec(tensor), {}};
+        MemoryWeights mem;
+        g.write(mem.w["w"]);
+        OsciHostBackend host;
+        host.snapshot({t}, fraction, mem);
+        for (int s = 0; s < steps; ++s) {
+          if (s >= steps / 2) g.write(mem.w["w"]);  // new jitter, same grid points
+          host.accumulate({t}, mem);
+        }
+        const OsciTrack k = host.download()[0];
+        EXPECT_GT(*std::max_element(k.dist_m.begin(), k.dist_m.end()), 0.0f);  // they did move
+        const std::vector<OsciLayerReport> rep = host.reset({t}, 1e30, mem);
+        EXPECT_EQ(rep[0].flips, 0);
+        EXPECT_EQ(rep[0].steps, steps);
+        EXPECT_EQ(rep[0].flip_rate, 0.0);
+      }
+      {  // every element between +v and -v (the zeros made 0.5; the anchors +-6)
+        GridScene g(seed);
+        for (size_t e = 0; e < g.code.size(); ++e)
+          if (g.code[e] == 0) g.code[e] = 1;
+        const OsciTarget t{"w", g.rows, g.cols, q2_spec(tensor), {}};
+        MemoryWeights mem;
+        g.write(mem.w["w"]);
+        OsciHostBackend host;
+        host.snapshot({t}, fraction, mem);
+        const auto tracked = static_cast<int64_t>(host.download()[0].prev_w.size());
+        for (int s = 0; s < steps; ++s) {
+          for (int& c : g.code) c = -c;
+          g.write(mem.w["w"]);
+          host.accumulate({t}, mem);
+        }
+        const std::vector<OsciLayerReport> rep = host.reset({t}, 1e30, mem);
+        EXPECT_EQ(rep[0].tracked, tracked);
+        EXPECT_EQ(rep[0].flips, tracked * steps);
+        EXPECT_EQ(rep[0].flip_rate, 1.0);
+      }
+    }
+  EXPECT_EQ(osci_flip_rate(0, 0, 3), 0.0);
+  EXPECT_EQ(osci_flip_rate(0, 5, 0), 0.0);
+  EXPECT_EQ(osci_flip_rate(3, 4, 2), 3.0 / 8.0);
+}
+
 TEST(OsciResetHost, MeanRiskSumsChunksInOrder) {
   std::mt19937 rng(fresh_seed());
   EXPECT_EQ(osci_mean_risk({}, 0), 0.0);

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
@@ -96,6 +97,11 @@ TEST(OsciReset, ResetsOnlyElementsThatOscillateAcrossABinEdge) {
       EXPECT_EQ(rep->layers[0].tracked, Scene::kRows * Scene::kCols);
       EXPECT_EQ(rep->layers[0].reset, 1);  // row 0 only: R = 0.5 / 0.04 = 12.5 >= 8
       EXPECT_GT(rep->layers[0].mean_risk, 0.0);
+      // Flips over the 10 steps: row 0 changes grid point every step, row 1 once (2 -> 3 on its way up
+      // through 2.5), rows 2 and 3 and the still elements never.
+      EXPECT_EQ(rep->layers[0].flips, 11);
+      EXPECT_EQ(rep->layers[0].steps, 10);
+      EXPECT_EQ(rep->layers[0].flip_rate, 11.0 / (10.0 * Scene::kRows * Scene::kCols));
     }
   }
   EXPECT_EQ(report_steps, std::vector<int64_t>{15});
@@ -212,9 +218,83 @@ TEST(OsciReset, RestoredStateContinuesExactlyAsTheUninterruptedRun) {
         EXPECT_EQ(ra[i].step, rb[i].step);
         EXPECT_EQ(ra[i].layers[0].reset, rb[i].layers[0].reset);
         EXPECT_EQ(ra[i].layers[0].mean_risk, rb[i].layers[0].mean_risk);
+        EXPECT_GT(ra[i].layers[0].flips, 0);
+        EXPECT_EQ(ra[i].layers[0].flips, rb[i].layers[0].flips);
+        EXPECT_EQ(ra[i].layers[0].steps, 6);
+        EXPECT_EQ(rb[i].layers[0].steps, 6);
+        EXPECT_EQ(ra[i].layers[0].flip_rate, rb[i].layers[0].flip_rate);
       }
       EXPECT_EQ(a.fake.w, b.fake.w);
     }
+}
+
+// A mid-window checkpoint written before flips were counted (no ".flips" tensors) still resumes: the
+// window's resets are the uninterrupted run's, and its flips are those of the steps after the resume,
+// over those steps. A state with only some weights' counts, or counts no window can hold, is refused.
+TEST(OsciReset, AStateWithoutFlipCountsResumesCountingFromTheResume) {
+  const auto two = [] {
+    return std::vector<OsciTarget>{
+        OsciTarget{"blocks.0.attn.wqkv", Scene::kRows, Scene::kCols, block128_rtn(), {}},
+        OsciTarget{"blocks.0.attn.wo", Scene::kRows, Scene::kCols, block128_rtn(), {}}};
+  };
+  Scene a, b;
+  b.fake.w = a.fake.w;
+  a.fake.w["blocks.0.attn.wo"] = a.fake.w["blocks.0.attn.wqkv"];
+  b.fake.w["blocks.0.attn.wo"] = a.fake.w["blocks.0.attn.wqkv"];
+  const OsciResetConfig cfg = schedule(6, 8, 3);  // window 3..9
+  OsciReset full(cfg, 100, two()), first(cfg, 100, two());
+  std::optional<OsciResetReport> ra, rb;
+  for (int64_t step = 1; step <= 9; ++step) {
+    a.move(step);
+    if (auto r = full.after_step(step, a.fake)) ra = r;
+  }
+  for (int64_t step = 1; step <= 5; ++step) {
+    b.move(step);
+    first.after_step(step, b.fake);
+  }
+  const std::vector<StateTensor> saved = first.save_state();
+  std::vector<StateTensor> old = saved;
+  std::erase_if(old, [](const StateTensor& t) { return t.name.ends_with(".flips"); });
+  ASSERT_EQ(old.size() + 2, saved.size());
+  OsciReset second(cfg, 100, two());
+  second.load_state(old);
+  ASSERT_TRUE(second.tracking());
+  for (int64_t step = 6; step <= 9; ++step) {
+    b.move(step);
+    if (auto r = second.after_step(step, b.fake)) rb = r;
+  }
+  ASSERT_TRUE(ra && rb);
+  EXPECT_EQ(rb->step, 9);
+  // wqkv: row 0 changes bins every step (6 flips in the window, 4 after the resume at step 5), row 1 once
+  // (2 -> 3 at step 8 or 9, after the resume); wo stands still.
+  const int64_t want_full[2] = {7, 0}, want_resumed[2] = {5, 0};
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(rb->layers[i].reset, ra->layers[i].reset);
+    EXPECT_EQ(ra->layers[i].steps, 6);
+    EXPECT_EQ(rb->layers[i].steps, 4);
+    EXPECT_EQ(ra->layers[i].flips, want_full[i]);
+    EXPECT_EQ(rb->layers[i].flips, want_resumed[i]);
+    EXPECT_EQ(rb->layers[i].flip_rate,
+              static_cast<double>(want_resumed[i]) / (4.0 * Scene::kRows * Scene::kCols));
+  }
+  EXPECT_EQ(a.fake.w, b.fake.w);
+
+  OsciReset third(cfg, 100, two());
+  std::vector<StateTensor> some = saved;
+  std::erase_if(some, [](const StateTensor& t) { return t.name == "osci_reset.blocks.0.attn.wo.flips"; });
+  EXPECT_THAT(error_of_load(third, some), HasSubstr("osci_reset.blocks.0.attn.wo.flips is missing"));
+  EXPECT_FALSE(third.tracking());
+  std::vector<StateTensor> bad = saved;
+  for (StateTensor& t : bad)
+    if (t.name == "osci_reset.blocks.0.attn.wqkv.flips") {
+      const int64_t counts[2] = {2 * Scene::kRows * Scene::kCols + 1,
+                                 2};  // more than one per element and step
+      std::memcpy(t.bytes.data(), counts, sizeof counts);
+    }
+  EXPECT_THAT(error_of_load(third, bad), HasSubstr("at most one flip per element and step"));
+  for (StateTensor& t : bad)
+    if (t.name == "osci_reset.blocks.0.attn.wqkv.flips") t.bytes.resize(8);
+  EXPECT_THAT(error_of_load(third, bad), HasSubstr("should be 2 I64 values"));
 }
 
 TEST(OsciReset, StateWithoutTheTrackerLeavesItIdleAndBadStateIsNamed) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 
 #include "../train/test_util.h"
@@ -64,7 +65,14 @@ TEST(Ablation, ReportOfTwoBudgetsGivesPairedTablesTheScanAndTelemetry) {
   const std::string osci =
       "{\"type\":\"osci_reset\",\"step\":150,\"tracked\":1000,\"reset\":30,\"layers\":["
       "{\"name\":\"blocks.0.attn.wqkv\",\"tracked\":600,\"reset\":24,\"mean_risk\":2.5},"
-      "{\"name\":\"blocks.1.attn.wqkv\",\"tracked\":400,\"reset\":6,\"mean_risk\":1.0}]}\n";
+      "{\"name\":\"blocks.1.attn.wqkv\",\"tracked\":400,\"reset\":6,\"mean_risk\":1.0}]}\n"
+      // A later window with flips (as written since they are counted): 3 steps, rates 0.1 and 0.05.
+      "{\"type\":\"osci_reset\",\"step\":350,\"tracked\":1000,\"reset\":10,\"flips\":240,"
+      "\"flip_rate\":0.08,\"layers\":["
+      "{\"name\":\"blocks.0.attn.wqkv\",\"tracked\":600,\"reset\":4,\"mean_risk\":2.0,\"flips\":180,"
+      "\"flip_rate\":0.1},"
+      "{\"name\":\"blocks.1.attn.wqkv\",\"tracked\":400,\"reset\":6,\"mean_risk\":1.5,\"flips\":60,"
+      "\"flip_rate\":0.05}]}\n";
   const std::string oc =
       "{\"type\":\"out_control\",\"step\":60,\"channels\":48,\"layers\":["
       "{\"name\":\"blocks.0.attn.wqkv\",\"channels\":16,\"in_features\":128,\"share\":0.25},"
@@ -79,7 +87,11 @@ TEST(Ablation, ReportOfTwoBudgetsGivesPairedTablesTheScanAndTelemetry) {
       runs.push_back(summarize_run(
           make_run(tmp.path(), "tetrajet-v2", s + 1, steps, base[s] + shrink * gap_x[s], osci + oc)));
     }
-  ASSERT_EQ(runs[2].osci.size(), 1u);
+  ASSERT_EQ(runs[2].osci.size(), 2u);
+  EXPECT_FALSE(runs[2].osci[0].layers[0].flips.has_value());
+  ASSERT_TRUE(runs[2].osci[1].layers[1].flips.has_value());
+  EXPECT_EQ(*runs[2].osci[1].layers[1].flips, 60);
+  EXPECT_EQ(runs[2].osci[1].layers[1].flip_rate, 0.05);
   ASSERT_EQ(runs[2].out_control.size(), 2u);
   ReportOptions opt;
   opt.svg_path = tmp.path() / "abl.svg";
@@ -96,11 +108,39 @@ TEST(Ablation, ReportOfTwoBudgetsGivesPairedTablesTheScanAndTelemetry) {
   EXPECT_THAT(md, HasSubstr("| tetrajet-v2 | +0.0600 [+0.0352, +0.0848] / 41.2% [-0.5%, 70.6%] | +0.0300"));
   // OsciReset: 30 of 1000 reset, mean R weighted by tracked (600 x 2.5 + 400 x 1) / 1000 = 1.9, per block
   // 4%, 1.5%.
-  EXPECT_THAT(md, HasSubstr("| tetrajet-v2 | 1 | 150 | 1000 | 30 | 3.0% | 1.900 | 4.0%, 1.5% |"));
+  // No flips recorded in that window: "-"; in the later one the tracked-weighted flip rate
+  // (600 x 0.1 + 400 x 0.05) / 1000 = 0.08, mean R (600 x 2 + 400 x 1.5) / 1000 = 1.8.
+  EXPECT_THAT(md, HasSubstr("| tetrajet-v2 | 1 | 150 | 1000 | 30 | 3.0% | 1.900 | - | 4.0%, 1.5% |"));
+  EXPECT_THAT(md, HasSubstr("| tetrajet-v2 | 1 | 350 | 1000 | 10 | 1.0% | 1.800 | 0.08 | 0.7%, 1.5% |"));
+  EXPECT_THAT(md, HasSubstr("Pictures: " + (tmp.path() / "abl-osci.svg").string() + ", " +
+                            (tmp.path() / "abl-oscirisk.svg").string() + ", " +
+                            (tmp.path() / "abl-osciflips.svg").string() + "\n"));
   EXPECT_THAT(md, HasSubstr("| tetrajet-v2 | 2 | 60 | 48 of 512 | 25.0%, 50.0% |"));
   for (const char* f : {"abl.svg", "abl-gap.svg", "abl-gapmean.svg", "abl-scan.svg", "abl-osci.svg",
-                        "abl-oscirisk.svg", "abl-outcontrol.svg"})
+                        "abl-oscirisk.svg", "abl-osciflips.svg", "abl-outcontrol.svg"})
     EXPECT_TRUE(fs::exists(tmp.path() / f)) << f;
+  // The flip picture draws each weight's rate (one series per weight, named by recipe and weight).
+  std::ifstream in(tmp.path() / "abl-osciflips.svg");
+  const std::string svg{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  EXPECT_THAT(svg, HasSubstr("tetrajet-v2 blocks.0.attn.wqkv"));
+  EXPECT_THAT(svg, HasSubstr("tetrajet-v2 blocks.1.attn.wqkv"));
+  EXPECT_THAT(svg, HasSubstr("flip rate"));
+}
+
+// Runs whose records predate flip counting: the table says "-" and no flip picture is drawn.
+TEST(Ablation, OsciRecordsWithoutFlipsGetNoFlipPicture) {
+  TempDir tmp;
+  const std::string osci =
+      "{\"type\":\"osci_reset\",\"step\":50,\"tracked\":64,\"reset\":8,\"layers\":["
+      "{\"name\":\"blocks.0.mlp.w_down\",\"tracked\":64,\"reset\":8,\"mean_risk\":3.0}]}\n";
+  const std::vector<RunSummary> runs = {
+      summarize_run(make_run(tmp.path(), "tetrajet-v2", 1, 100, 2.0, osci))};
+  const std::string md = osci_report(runs, tmp.path() / "x.svg");
+  EXPECT_THAT(md, HasSubstr("| tetrajet-v2 | 1 | 50 | 64 | 8 | 12.5% | 3.000 | - | 12.5% |"));
+  EXPECT_THAT(md, HasSubstr("Pictures: " + (tmp.path() / "x-osci.svg").string() + ", " +
+                            (tmp.path() / "x-oscirisk.svg").string() + "\n"));
+  EXPECT_TRUE(fs::exists(tmp.path() / "x-osci.svg"));
+  EXPECT_FALSE(fs::exists(tmp.path() / "x-osciflips.svg"));
 }
 
 }  // namespace

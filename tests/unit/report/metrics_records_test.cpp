@@ -58,6 +58,15 @@ TEST(ReportMetricsRecords, LineWithoutTheFieldsIsAnErrorNamingFileLineAndField) 
       {"{\"type\":\"osci_reset\",\"step\":4,\"layers\":{}}", "\"layers\""},
       {"{\"type\":\"osci_reset\",\"step\":4,\"layers\":[5]}", "\"layers\""},
       {"{\"type\":\"osci_reset\",\"step\":4,\"layers\":[{\"name\":\"w\"}]}", "\"tracked\""},
+      {"{\"type\":\"osci_reset\",\"step\":4,\"layers\":[{\"name\":\"w\",\"tracked\":2,\"reset\":0,"
+       "\"mean_risk\":1,\"flips\":3}]}",
+       "\"flip_rate\""},
+      {"{\"type\":\"osci_reset\",\"step\":4,\"layers\":[{\"name\":\"w\",\"tracked\":2,\"reset\":0,"
+       "\"mean_risk\":1,\"flip_rate\":0.5}]}",
+       "\"flips\""},
+      {"{\"type\":\"osci_reset\",\"step\":4,\"layers\":[{\"name\":\"w\",\"tracked\":2,\"reset\":0,"
+       "\"mean_risk\":1,\"flips\":-1,\"flip_rate\":0.5}]}",
+       "\"flips\""},
       {"{\"type\":\"out_control\",\"step\":4,\"layers\":[{\"name\":\"w\",\"channels\":1,\"in_features\":8}]}",
        "\"share\""},
       {"5", "not a JSON object"},

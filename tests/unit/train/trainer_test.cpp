@@ -162,9 +162,34 @@ TEST_F(TrainerTest, OsciResetIsLoggedAndResumesMidWindowBitForBit) {
   Trainer rest(osci("split", 12), quiet());
   ASSERT_TRUE(rest.resumed());
   rest.run();
-  EXPECT_EQ(records(tmp_ / "split", "osci_reset").size(), 2u);
+  const auto split_events = records(tmp_ / "split", "osci_reset");
+  ASSERT_EQ(split_events.size(), 2u);
   EXPECT_EQ(sha256_file(tmp_ / "full/checkpoints/step_000012/model.safetensors"),
             sha256_file(tmp_ / "split/checkpoints/step_000012/model.safetensors"));
+  // Flips: each line's total is its layers' sum, the rates are flips per tracked element and step (3 steps
+  // a window), and the window the checkpoint cut (6..9) counts the same flips as the uninterrupted one.
+  for (size_t w = 0; w < 2; ++w) {
+    const auto &e = events[w], &f = split_events[w];
+    int64_t flips = 0;
+    for (size_t i = 0; i < e["layers"].size(); ++i) {
+      const auto &l = e["layers"][i], &m = f["layers"][i];
+      ASSERT_TRUE(l.contains("flips") && l.contains("flip_rate")) << l.dump();
+      const auto n = l["flips"].get<int64_t>();
+      flips += n;
+      EXPECT_EQ(l["flip_rate"].get<double>(),
+                static_cast<double>(n) / (3.0 * static_cast<double>(l["tracked"].get<int64_t>())));
+      EXPECT_EQ(m["name"], l["name"]);
+      EXPECT_EQ(m["flips"], l["flips"]) << l["name"] << " in the window closed at step " << e["step"];
+      EXPECT_EQ(m["flip_rate"], l["flip_rate"]);
+      EXPECT_EQ(m["mean_risk"], l["mean_risk"]);
+    }
+    EXPECT_GT(flips, 0);
+    EXPECT_EQ(e["flips"].get<int64_t>(), flips);
+    EXPECT_EQ(f["flips"], e["flips"]);
+    EXPECT_EQ(e["flip_rate"].get<double>(),
+              static_cast<double>(flips) / (3.0 * static_cast<double>(e["tracked"].get<int64_t>())));
+    EXPECT_LE(e["flip_rate"].get<double>(), 1.0);
+  }
 }
 
 // A fractional osci_reset.start is a fraction of the schedule (optim.total_steps = 12 here), not of
