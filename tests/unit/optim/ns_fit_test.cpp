@@ -83,11 +83,14 @@ TEST(NsFit, GaussianSpectrumModelMatchesSampledMatrices) {
   double e2 = 0;
   for (double v : model) e2 += v * v;
   EXPECT_NEAR(e2 / (r * c), 1.0, 0.05);
-  // Marchenko-Pastur edges sqrt(c) +- sqrt(r) = 20.6, 4.6.
-  EXPECT_NEAR(model.front(), real.front(), 0.1 * real.front());
-  EXPECT_NEAR(model.back(), real.back(), 0.35 * real.back());
-  EXPECT_NEAR(model.front(), std::sqrt(160.0) + 8.0, 1.5);
-  EXPECT_NEAR(model.back(), std::sqrt(160.0) - 8.0, 1.5);
+  // Marchenko-Pastur edges sqrt(c) +- sqrt(r) = 20.6, 4.6; at this finite size the extreme singular values
+  // of a 64 x 160 normal matrix have mean 20.24 (sd 0.37) and 4.88 (sd 0.235) (4000 samples, NumPy,
+  // 2026-12-02). Bounds at 6 sd (of one draw, or of the difference of two), so a fresh seed fails only
+  // when the model is wrong.
+  EXPECT_NEAR(model.front(), real.front(), 6 * 0.37 * std::sqrt(2.0));
+  EXPECT_NEAR(model.back(), real.back(), 6 * 0.235 * std::sqrt(2.0));
+  EXPECT_NEAR(model.front(), 20.24, 6 * 0.37);
+  EXPECT_NEAR(model.back(), 4.88, 6 * 0.235);
   for (auto bad : {std::pair<int64_t, int64_t>{0, 3}, {3, 0}})
     EXPECT_THROW(gaussian_singular_values(bad.first, bad.second, 1), Error);
 }
