@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "dist/launcher.h"
+#include "nn/q_attention_error.h"
 #include "ops/ops.h"
 #include "optim/ns_fit.h"
 #include "optim/q_adamw_error.h"
@@ -286,6 +287,37 @@ void fit_ns_command(const FitNsArgs& a) {
                a.fp32 ? "FP32 polar error" : "e_q (NVFP4 RTN vs FP32)", a.samples, a.samples);
 }
 
+struct QAttnErrorArgs {
+  int t = 512, head_dim = 64, samples = 2;
+  std::vector<std::string> kinds = {"normal", "outliers"};
+  std::vector<double> scales = {1, 4, 8};
+  uint64_t seed = 1;
+};
+
+void add_qattn_error(CLI::App& app, QAttnErrorArgs& a) {
+  auto* cmd =
+      app.add_subcommand("qattn-error",
+                         "Q-Attn's error on the attention scores against BF16 attention and FP64, and what "
+                         "it does to the softmax and the output (CPU, docs/RESULTS.md)");
+  cmd->option_defaults()->always_capture_default();
+  cmd->add_option("--t", a.t, "sequence length (causal)")->check(CLI::PositiveNumber);
+  cmd->add_option("--head-dim", a.head_dim, "head size (a multiple of 16)")->check(CLI::PositiveNumber);
+  cmd->add_option("--kind", a.kinds,
+                  "inputs: normal (QK-normed Gaussian rows), outliers (4 channels at 10x)");
+  cmd->add_option("--logit-scale", a.scales, "Q times this after the norm (sharper attention above 1)");
+  cmd->add_option("--samples", a.samples, "samples of 4 heads each")->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", a.seed, "sample seed");
+}
+
+void qattn_error_command(const QAttnErrorArgs& a) {
+  std::printf(
+      "## Q-Attn: scores S = QK^T / sqrt(%d) from NVFP4 Q^, K^ (1x16 along head_dim, tensor scale, RTN) and "
+      "from "
+      "BF16 operands, T = %d causal, mean of %d x 4 heads\n\n%s",
+      a.head_dim, a.t, a.samples,
+      fp4::q_attn_error_table(a.t, a.head_dim, a.kinds, a.scales, a.samples, a.seed).c_str());
+}
+
 struct OptimClaimsArgs {
   std::string part = "all";
   std::vector<std::string> shapes = {"128x128", "128x384", "128x768", "384x384", "384x1024", "384x1152"};
@@ -410,6 +442,8 @@ int main(int argc, char** argv) {
   add_fit_ns(app, fit_ns);
   OptimClaimsArgs optim_claims;
   add_optim_claims(app, optim_claims);
+  QAttnErrorArgs qattn_error;
+  add_qattn_error(app, qattn_error);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -430,6 +464,8 @@ int main(int argc, char** argv) {
       fit_ns_command(fit_ns);
     else if (app.got_subcommand("optim-claims"))
       optim_claims_command(optim_claims);
+    else if (app.got_subcommand("qattn-error"))
+      qattn_error_command(qattn_error);
     else if (app.got_subcommand("launch"))
       return fp4::launch_local(launch);
     else if (!app.got_subcommand("train"))
