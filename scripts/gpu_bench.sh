@@ -14,6 +14,8 @@
 #   qbench       quantize_bench (quantizer bandwidth against a D2D copy, 64 and 256 MiB)
 #   smoke1b      two training steps of olmo2-1b (bf16 and tetrajet-v2-base) through train_bench
 #   recipebench  train_bench, 20 steps of $RB_CONFIGS (default olmo2-70m olmo2-370m), bf16 vs the two FP4 recipes
+#   presetbench  train_bench, olmo2-70m, 20 steps: bf16 and every preset and module (docs/BENCHMARKS.md's table)
+#   osciperiod   train_bench, olmo2-70m, 200 steps: tetrajet-v2 over a whole OsciReset period (windows included)
 source "$(dirname "${BASH_SOURCE[0]}")/lib/gpu_common.sh"
 
 phase_bench() {
@@ -45,6 +47,26 @@ phase_recipebench() {
   done
   note "train_bench done"
   grep "^train_bench:" "$out/train_bench.log"
+}
+# OutControl's calibration moved to steps 1-2 so its split layers run in the timed steps (the presets
+# calibrate at 501..550).
+PRESET_OC=out_control.calib_start=1:out_control.calib_steps=2
+phase_presetbench() {
+  local r="bf16,nvidia-nvfp4,nvidia-nvfp4-bf16tail,tetrajet-v2-base,tetrajet-v2:$PRESET_OC,tetrajet-v2-memeff:$PRESET_OC"
+  r+=",tetrajet-v2-qadamw,tetrajet-v2-base:optimizer=root,tetrajet-v2-base:optimizer=root-bf16,tetrajet-v2-qroot"
+  r+=",tetrajet-v2-lorasvd,fullstack-fp4:attention.q_attn=false,fullstack-fp4,fp4train-max:$PRESET_OC"
+  timeout ${PB_TIMEOUT:-240} stdbuf -oL $B/train_bench --config olmo2-70m --steps 20 --warmup 3 --recipes "$r" \
+    --json "$out/presetbench.jsonl" >"$out/presetbench.log" 2>&1
+  note "presetbench rc=$?"
+  merge_bench_json "$out/presetbench.jsonl"
+  grep "^train_bench:" "$out/presetbench.log" | sed 's/.*recipe //'
+}
+phase_osciperiod() {
+  timeout 150 stdbuf -oL $B/train_bench --config olmo2-70m --steps 200 --warmup 3 \
+    --recipes "bf16,tetrajet-v2:$PRESET_OC:osci_reset.start=4" --json "$out/osciperiod.jsonl" >"$out/osciperiod.log" 2>&1
+  note "osciperiod rc=$?"
+  merge_bench_json "$out/osciperiod.jsonl"
+  grep "^train_bench:" "$out/osciperiod.log" | sed 's/.*recipe //'
 }
 phase_trainbench() {  # train_bench with $TB_ARGS (e.g. "--config olmo2-70m --recipes tetrajet-v2-base,tetrajet-v2-qadamw")
   local n=$(ls "$out"/trainbench-*.jsonl 2>/dev/null | wc -l)
