@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "nn/q_attention.h"
-#include "numerics/formats.h"
+#include "numerics/host_arrays.h"
 
 namespace fp4 {
 namespace {
@@ -54,15 +54,6 @@ std::vector<double> attend(const std::vector<double>& p, const std::vector<float
   return o;
 }
 
-double rel_error(const std::vector<double>& a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / den);
-}
-
 double mean_row_tv(const std::vector<double>& p, const std::vector<double>& ref, int n) {
   double sum = 0;
   for (int i = 0; i < n; ++i) {
@@ -71,12 +62,6 @@ double mean_row_tv(const std::vector<double>& p, const std::vector<double>& ref,
     sum += 0.5 * tv;
   }
   return sum / n;
-}
-
-std::vector<float> bf16_copy(const std::vector<float>& x) {
-  std::vector<float> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = round_to_bf16(x[i]);
-  return y;
 }
 
 }  // namespace
@@ -116,18 +101,18 @@ QAttnErrors q_attn_errors(const QAttnErrorOptions& o) {
       layer.forward(out.data(), d, probs.data(), q.data(), k.data(), v.data(), d, AttnShape{1, n, 1, d}, ctx);
       std::vector<double> ref = causal_scores(q, k, n, d),
                           fp4 = causal_scores(layer.q_hat(), layer.k_hat(), n, d),
-                          bf16 = causal_scores(bf16_copy(q), bf16_copy(k), n, d);
-      e.scores_fp4 += rel_error(fp4, ref) / count;
-      e.scores_bf16 += rel_error(bf16, ref) / count;
-      e.scores_fp4_vs_bf16 += rel_error(fp4, bf16) / count;
+                          bf16 = causal_scores(bf16_rounded(q), bf16_rounded(k), n, d);
+      e.scores_fp4 += relative_frobenius_error(fp4, ref) / count;
+      e.scores_bf16 += relative_frobenius_error(bf16, ref) / count;
+      e.scores_fp4_vs_bf16 += relative_frobenius_error(fp4, bf16) / count;
       causal_softmax(ref, n);
       causal_softmax(fp4, n);
       causal_softmax(bf16, n);
       e.probs_tv_fp4 += mean_row_tv(fp4, ref, n) / count;
       e.probs_tv_bf16 += mean_row_tv(bf16, ref, n) / count;
       const std::vector<double> o_ref = attend(ref, v, n, d);
-      e.out_fp4 += rel_error(attend(fp4, v, n, d), o_ref) / count;
-      e.out_bf16 += rel_error(attend(bf16, bf16_copy(v), n, d), o_ref) / count;
+      e.out_fp4 += relative_frobenius_error(attend(fp4, v, n, d), o_ref) / count;
+      e.out_bf16 += relative_frobenius_error(attend(bf16, bf16_rounded(v), n, d), o_ref) / count;
     }
   }
   return e;

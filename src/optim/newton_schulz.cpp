@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "numerics/formats.h"
+#include "numerics/host_arrays.h"
 #include "numerics/quantize.h"
 #include "ops/ops.h"
 
@@ -32,13 +32,6 @@ std::vector<float> fake_quant(const std::vector<float>& x, int64_t rows, int64_t
   return out;
 }
 
-// x rounded to BF16 (nearest even) and back: a kBf16 product operand.
-std::vector<float> bf16_round(const std::vector<float>& x) {
-  std::vector<float> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = round_to_bf16(x[i]);
-  return out;
-}
-
 // The iteration on a wide X [r x c] (r <= c), in place. FP32, NVFP4 or BF16 operands per opt.precision;
 // sums and the a X term stay FP32 in every precision.
 void iterate(std::vector<float>& x, int64_t r, int64_t c, const NsOptions& opt) {
@@ -50,7 +43,7 @@ void iterate(std::vector<float>& x, int64_t r, int64_t c, const NsOptions& opt) 
     // A = X X^T: both operands are X (quantized along c, or BF16-rounded).
     std::vector<float> xq;
     if (q) xq = fake_quant(x, r, c, BlockShape::k1x16, opt, op);
-    if (h) xq = bf16_round(x);
+    if (h) xq = bf16_rounded(x);
     const float* xa = q || h ? xq.data() : x.data();
     cpu::gemm(false, true, ri, ri, ci, 1.0f, xa, ci, xa, ci, 0.0f, a.data(), ri);
     // BLAS need not return bit-symmetric A; 16x16 tiles of a symmetric A make A^ and A^^T the same values.
@@ -59,7 +52,7 @@ void iterate(std::vector<float>& x, int64_t r, int64_t c, const NsOptions& opt) 
     // A^2 = A A: A in 16x16 tiles (or BF16-rounded) serves as both operands.
     std::vector<float> aq;
     if (q) aq = fake_quant(a, r, r, BlockShape::k16x16, opt, op + 1);
-    if (h) aq = bf16_round(a);
+    if (h) aq = bf16_rounded(a);
     const float* aa = q || h ? aq.data() : a.data();
     cpu::gemm(false, false, ri, ri, ri, 1.0f, aa, ri, aa, ri, 0.0f, a2.data(), ri);
     for (int64_t i = 0; i < r * r; ++i) poly[i] = opt.coef.b * a[i] + opt.coef.c * a2[i];
@@ -73,7 +66,7 @@ void iterate(std::vector<float>& x, int64_t r, int64_t c, const NsOptions& opt) 
       cpu::gemm(false, true, ri, ci, ri, 1.0f, pq.data(), ri, xtq.data(), ri, opt.coef.a, next.data(), ci);
     } else if (h) {
       // X was rounded for A above and has not changed since.
-      const std::vector<float> pq = bf16_round(poly);
+      const std::vector<float> pq = bf16_rounded(poly);
       cpu::gemm(false, false, ri, ci, ri, 1.0f, pq.data(), ri, xq.data(), ci, opt.coef.a, next.data(), ci);
     } else {
       cpu::gemm(false, false, ri, ci, ri, 1.0f, poly.data(), ri, x.data(), ci, opt.coef.a, next.data(), ci);

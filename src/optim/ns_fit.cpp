@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "numerics/host_arrays.h"
 #include "numerics/philox.h"
 
 namespace fp4 {
@@ -115,18 +116,6 @@ int64_t count_below(const std::vector<double>& diag, const std::vector<double>& 
   return count;
 }
 
-// ||x - p||_F / ||p||_F in double; p is the exact polar factor (double) or the FP32 iteration (float).
-template <typename Ref>
-double rel_error(const std::vector<float>& x, const std::vector<Ref>& p) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < p.size(); ++i) {
-    const double d = static_cast<double>(x[i]) - static_cast<double>(p[i]);
-    num += d * d;
-    den += static_cast<double>(p[i]) * static_cast<double>(p[i]);
-  }
-  return std::sqrt(num / den);
-}
-
 }  // namespace
 
 std::vector<double> singular_values(const float* x, int64_t rows, int64_t cols) {
@@ -191,7 +180,8 @@ double ns_polar_error(const NsSampleSet& samples, const NsOptions& opt) {
   FP4_CHECK(!samples.inputs.empty(), "ns_polar_error: no samples");
   double sum = 0.0;
   for (size_t i = 0; i < samples.inputs.size(); ++i)
-    sum += rel_error(newton_schulz(samples.inputs[i], samples.rows, samples.cols, opt), samples.polars[i]);
+    sum += relative_frobenius_error(newton_schulz(samples.inputs[i], samples.rows, samples.cols, opt),
+                                    samples.polars[i]);
   return sum / static_cast<double>(samples.inputs.size());
 }
 
@@ -283,8 +273,8 @@ NsFitResult fit_ns_coefficients(int64_t rows, int64_t cols, int samples, uint64_
     double polar = 0.0, eq = 0.0;
     for (size_t i = 0; i < set.inputs.size(); ++i) {
       ref[i] = newton_schulz(set.inputs[i], rows, cols, fp32);
-      polar += rel_error(ref[i], set.polars[i]);
-      eq += rel_error(newton_schulz(set.inputs[i], rows, cols, opt), ref[i]);
+      polar += relative_frobenius_error(ref[i], set.polars[i]);
+      eq += relative_frobenius_error(newton_schulz(set.inputs[i], rows, cols, opt), ref[i]);
     }
     polar /= static_cast<double>(set.inputs.size());
     eq /= static_cast<double>(set.inputs.size());

@@ -6,31 +6,12 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "numerics/host_arrays.h"
 #include "optim/ns_fit.h"
 #include "optim/root.h"
 
 namespace fp4 {
 namespace {
-
-double rel_frobenius(const std::vector<float>& a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / den);
-}
-
-// ||a - ref||_F / ||ref||_F in double.
-double rel_to(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - ref[i];
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / den);
-}
 
 std::string cell(double v) {
   char b[32];
@@ -69,11 +50,11 @@ NsStepErrors ns_step_errors(int64_t rows, int64_t cols, const NsCoefficients& co
       const std::vector<float> fp32 = newton_schulz(x, rows, cols, o);
       o.precision = NsPrecision::kNvfp4;
       const std::vector<float> fp4 = newton_schulz(x, rows, cols, o);
-      r.e_q[static_cast<size_t>(k - 1)] += rel_to(fp4, fp32) / samples;
+      r.e_q[static_cast<size_t>(k - 1)] += relative_frobenius_error(fp4, fp32) / samples;
       if (k == steps) {
-        r.fp32_polar_error += rel_frobenius(fp32, polar_factor(x.data(), rows, cols)) / samples;
+        r.fp32_polar_error += relative_frobenius_error(fp32, polar_factor(x.data(), rows, cols)) / samples;
         o.precision = NsPrecision::kBf16;
-        r.e_bf16 += rel_to(newton_schulz(x, rows, cols, o), fp32) / samples;
+        r.e_bf16 += relative_frobenius_error(newton_schulz(x, rows, cols, o), fp32) / samples;
       }
     }
   }
