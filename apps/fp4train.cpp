@@ -18,6 +18,7 @@
 #include "optim/q_adamw_error.h"
 #include "optim/q_root_error.h"
 #include "report/eval_table.h"
+#include "report/paired_stats.h"
 #include "report/report.h"
 #include "report/seeds.h"
 #include "train/checkpoint.h"
@@ -309,13 +310,40 @@ void add_qattn_error(CLI::App& app, QAttnErrorArgs& a) {
   cmd->add_option("--seed", a.seed, "sample seed");
 }
 
+// Mean over the sample heads with its 95% t interval half-width.
+std::string mean_pm(const std::vector<double>& v, const char* fmt) {
+  const fp4::PairedInterval i = fp4::paired_mean_interval(v);
+  char b[64];
+  std::snprintf(b, sizeof b, fmt, i.mean, (i.hi - i.lo) / 2);
+  return b;
+}
+
 void qattn_error_command(const QAttnErrorArgs& a) {
   std::printf(
       "## Q-Attn: scores S = QK^T / sqrt(%d) from NVFP4 Q^, K^ (1x16 along head_dim, tensor scale, RTN) and "
       "from "
-      "BF16 operands, T = %d causal, mean of %d x 4 heads\n\n%s",
-      a.head_dim, a.t, a.samples,
-      fp4::q_attn_error_table(a.t, a.head_dim, a.kinds, a.scales, a.samples, a.seed).c_str());
+      "BF16 operands, T = %d causal; mean over %d x 4 heads +- the 95%% t interval's half-width\n\n"
+      "| input | logit scale | scores: NVFP4 vs FP64 | BF16 vs FP64 | NVFP4 vs BF16 | softmax TV: NVFP4 | "
+      "BF16 | "
+      "output: NVFP4 | BF16 |\n|---|---|---|---|---|---|---|---|---|\n",
+      a.head_dim, a.t, a.samples);
+  for (const std::string& kind : a.kinds)
+    for (double scale : a.scales) {
+      fp4::QAttnErrorOptions o;
+      o.t = a.t;
+      o.head_dim = a.head_dim;
+      o.kind = kind;
+      o.logit_scale = scale;
+      o.samples = a.samples;
+      o.seed = a.seed;
+      const fp4::QAttnErrors e = fp4::q_attn_errors(o);
+      std::printf(
+          "| %s | %g | %s | %s | %s | %s | %s | %s | %s |\n", kind.c_str(), scale,
+          mean_pm(e.scores_fp4, "%.4f +- %.4f").c_str(), mean_pm(e.scores_bf16, "%.5f +- %.5f").c_str(),
+          mean_pm(e.scores_fp4_vs_bf16, "%.4f +- %.4f").c_str(),
+          mean_pm(e.probs_tv_fp4, "%.4f +- %.4f").c_str(), mean_pm(e.probs_tv_bf16, "%.5f +- %.5f").c_str(),
+          mean_pm(e.out_fp4, "%.4f +- %.4f").c_str(), mean_pm(e.out_bf16, "%.5f +- %.5f").c_str());
+    }
 }
 
 struct OptimClaimsArgs {

@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <random>
-#include <sstream>
 
 #include "core/error.h"
 #include "nn/q_attention.h"
@@ -77,7 +75,6 @@ QAttnErrors q_attn_errors(const QAttnErrorOptions& o) {
   FP4_CHECK(o.logit_scale > 0 && std::isfinite(o.logit_scale), "q_attn_errors: logit_scale must be positive");
   const int n = o.t, d = o.head_dim;
   QAttnErrors e;
-  const double count = static_cast<double>(o.samples) * o.heads;
   for (int s = 0; s < o.samples; ++s) {
     std::mt19937_64 rng(o.seed * 7919u + static_cast<uint64_t>(s));
     std::normal_distribution<float> normal;
@@ -102,44 +99,20 @@ QAttnErrors q_attn_errors(const QAttnErrorOptions& o) {
       std::vector<double> ref = causal_scores(q, k, n, d),
                           fp4 = causal_scores(layer.q_hat(), layer.k_hat(), n, d),
                           bf16 = causal_scores(bf16_rounded(q), bf16_rounded(k), n, d);
-      e.scores_fp4 += relative_frobenius_error(fp4, ref) / count;
-      e.scores_bf16 += relative_frobenius_error(bf16, ref) / count;
-      e.scores_fp4_vs_bf16 += relative_frobenius_error(fp4, bf16) / count;
+      e.scores_fp4.push_back(relative_frobenius_error(fp4, ref));
+      e.scores_bf16.push_back(relative_frobenius_error(bf16, ref));
+      e.scores_fp4_vs_bf16.push_back(relative_frobenius_error(fp4, bf16));
       causal_softmax(ref, n);
       causal_softmax(fp4, n);
       causal_softmax(bf16, n);
-      e.probs_tv_fp4 += mean_row_tv(fp4, ref, n) / count;
-      e.probs_tv_bf16 += mean_row_tv(bf16, ref, n) / count;
+      e.probs_tv_fp4.push_back(mean_row_tv(fp4, ref, n));
+      e.probs_tv_bf16.push_back(mean_row_tv(bf16, ref, n));
       const std::vector<double> o_ref = attend(ref, v, n, d);
-      e.out_fp4 += relative_frobenius_error(attend(fp4, v, n, d), o_ref) / count;
-      e.out_bf16 += relative_frobenius_error(attend(bf16, bf16_rounded(v), n, d), o_ref) / count;
+      e.out_fp4.push_back(relative_frobenius_error(attend(fp4, v, n, d), o_ref));
+      e.out_bf16.push_back(relative_frobenius_error(attend(bf16, bf16_rounded(v), n, d), o_ref));
     }
   }
   return e;
-}
-
-std::string q_attn_error_table(int t, int head_dim, const std::vector<std::string>& kinds,
-                               const std::vector<double>& logit_scales, int samples, uint64_t seed) {
-  std::ostringstream out;
-  out << "| input | logit scale | scores: NVFP4 vs FP64 | BF16 vs FP64 | NVFP4 vs BF16 | softmax TV: NVFP4 | "
-         "BF16 | output: NVFP4 | BF16 |\n|---|---|---|---|---|---|---|---|---|\n";
-  for (const std::string& kind : kinds)
-    for (double scale : logit_scales) {
-      QAttnErrorOptions o;
-      o.t = t;
-      o.head_dim = head_dim;
-      o.kind = kind;
-      o.logit_scale = scale;
-      o.samples = samples;
-      o.seed = seed;
-      const QAttnErrors e = q_attn_errors(o);
-      char row[320];
-      std::snprintf(row, sizeof row, "| %s | %g | %.4f | %.5f | %.4f | %.4f | %.5f | %.4f | %.5f |\n",
-                    kind.c_str(), scale, e.scores_fp4, e.scores_bf16, e.scores_fp4_vs_bf16, e.probs_tv_fp4,
-                    e.probs_tv_bf16, e.out_fp4, e.out_bf16);
-      out << row;
-    }
-  return out.str();
 }
 
 }  // namespace fp4

@@ -2,7 +2,7 @@
 // per head, S = s Q K^T (s = 1/sqrt(head_dim), causal part) from Q-Attn's NVFP4 operands (QAttentionCpu's own
 // Q^ and K^) and from BF16-rounded operands (BF16 attention), each against the FP64 scores of the FP32
 // inputs; and what the score error does downstream: the softmax rows' total variation distance and the
-// output's relative error, against FP64.
+// output's relative error, against FP64. `fp4train qattn-error` prints the means with their intervals.
 #pragma once
 
 #include <cstdint>
@@ -21,20 +21,17 @@ struct QAttnErrorOptions {
   uint64_t seed = 1;
 };
 
-// Means over samples and heads; relative errors are Frobenius over the causal entries (scores) or the
-// output, total variation is 0.5 sum |p - p_ref| per query row, averaged over rows.
+// One value per (sample, head), in that order, so a caller can take means and intervals over the heads;
+// relative errors are Frobenius over the causal entries (scores) or the output, total variation is
+// 0.5 sum |p - p_ref| per query row, averaged over rows.
 struct QAttnErrors {
-  double scores_fp4 = 0, scores_bf16 = 0;  // ||S - S_ref||_F / ||S_ref||_F
-  double scores_fp4_vs_bf16 = 0;           // ||S_fp4 - S_bf16||_F / ||S_bf16||_F
-  double probs_tv_fp4 = 0, probs_tv_bf16 = 0;
-  double out_fp4 = 0, out_bf16 = 0;  // ||O - O_ref||_F / ||O_ref||_F
+  std::vector<double> scores_fp4, scores_bf16;  // ||S - S_ref||_F / ||S_ref||_F
+  std::vector<double> scores_fp4_vs_bf16;       // ||S_fp4 - S_bf16||_F / ||S_bf16||_F
+  std::vector<double> probs_tv_fp4, probs_tv_bf16;
+  std::vector<double> out_fp4, out_bf16;  // ||O - O_ref||_F / ||O_ref||_F
 };
 
 // Throws fp4::Error on a bad option (sizes, kind, scale, samples).
 QAttnErrors q_attn_errors(const QAttnErrorOptions& opt);
-
-// Markdown: one row per (kind, logit scale) at the given sequence length and head size.
-std::string q_attn_error_table(int t, int head_dim, const std::vector<std::string>& kinds,
-                               const std::vector<double>& logit_scales, int samples, uint64_t seed);
 
 }  // namespace fp4
