@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The TetraJet-v2 ablation on one GPU (docs/RESULTS.md): WSD runs of every arm over paired seeds at several
-# token budgets, many runs sharing the GPU, then `fp4train report` over the finished decays.
+# The recipe ablation on one GPU (docs/RESULTS.md): TetraJet-v2's components and Full-Stack FP4's presets and
+# modules, WSD runs of every arm over paired seeds at several token budgets, many runs sharing the GPU, then
+# `fp4train report` over the finished decays.
 #
 # Design. An arm is (recipe, overrides). Arms whose recipes agree before the decay share one stable run per
 # seed: bf16, nvidia-nvfp4, nvidia-nvfp4-bf16tail, tetrajet-v2-base and tetrajet-v2-base+outcontrol are the
 # stable runs; +oscireset branches from tetrajet-v2-base's, tetrajet-v2 (full) and tetrajet-v2-memeff from
-# +outcontrol's, with OsciReset switched on from the first decay step. A stable run keeps the peak LR (its
+# +outcontrol's, with OsciReset switched on from the first decay step; fullstack-fp4, nvidia-nvfp4+lorasvd,
+# bf16+root, bf16+qattn and tetrajet-v2-qadamw have stable runs of their own, and so has fp4train-max (its OutControl
+# calibrated as +outcontrol's, OsciReset switched on at the decay as in tetrajet-v2). A stable run keeps the peak LR (its
 # schedule is 100x longer than it runs) and stops at each budget's decay start S_k = T_k - round(f T_k),
 # saving a checkpoint; each decay is `fp4train train --init-from` that checkpoint with optim.total_steps =
 # T_k (bit-identical to an uninterrupted WSD run of T_k steps: tests/unit/train/init_from_test.cpp).
@@ -20,10 +23,12 @@
 #   CONFIG       run config [configs/runs/ablation-1m-bytes.toml]
 #   BUDGETS      tokens per non-embedding parameter, ascending; the last is the main comparison [25 50 100]
 #   SEEDS        seeds of the main arms [1 2 3]
-#   MAIN_ARMS    arms run with every seed [bf16 nvidia-nvfp4 tetrajet-v2-base tetrajet-v2]
-#   ARMS         every arm [all eight, see arm_family]
+#   MAIN_ARMS    arms run with every seed [bf16 nvidia-nvfp4 tetrajet-v2-base tetrajet-v2 fullstack-fp4
+#                fp4train-max bf16+root]
+#   ARMS         every arm [all fourteen, see arm_family]
 #   EXTRA_SEEDS  the other arms run with the first N of SEEDS [2]
-#   SCAN_ARMS    arms decayed at the budgets below the last [MAIN_ARMS; empty: every arm]
+#   SCAN_ARMS    arms decayed at the budgets below the last [bf16 nvidia-nvfp4 tetrajet-v2-base tetrajet-v2;
+#                empty: every arm]
 #   PARALLEL     runs at a time on the GPU [14]
 #   DEADLINE_S   seconds after start at which running jobs are stopped and no more start (0: none) [0]
 #   RUNS         where runs go [runs/ablation]; OUT: where the small artefacts go [$OUT or ./ablation-out]
@@ -36,10 +41,13 @@ FP4=${FP4:-${B:-build-gpu}/fp4train}
 CONFIG=${CONFIG:-configs/runs/ablation-1m-bytes.toml}
 BUDGETS=${BUDGETS:-"25 50 100"}
 SEEDS=${SEEDS:-"1 2 3"}
-MAIN_ARMS=${MAIN_ARMS:-"bf16 nvidia-nvfp4 tetrajet-v2-base tetrajet-v2"}
-ARMS=${ARMS:-"bf16 nvidia-nvfp4 nvidia-nvfp4-bf16tail tetrajet-v2-base tetrajet-v2-base+outcontrol tetrajet-v2-base+oscireset tetrajet-v2 tetrajet-v2-memeff"}
+MAIN_ARMS=${MAIN_ARMS:-"bf16 nvidia-nvfp4 tetrajet-v2-base tetrajet-v2 fullstack-fp4 fp4train-max bf16+root"}
+# TetraJet-v2's components (issue 20), then Full-Stack FP4's presets and modules one at a time (issue 21):
+# LoRA-SVD over the linear-only NVFP4 recipe, Q-Attn alone over BF16, Q-AdamW over the TetraJet-v2 base, and
+# BF16 with ROOT (FP32 Newton-Schulz), the optimizer-matched baseline of the two Q-Root presets.
+ARMS=${ARMS:-"bf16 nvidia-nvfp4 nvidia-nvfp4-bf16tail tetrajet-v2-base tetrajet-v2-base+outcontrol tetrajet-v2-base+oscireset tetrajet-v2 tetrajet-v2-memeff fullstack-fp4 fp4train-max bf16+root nvidia-nvfp4+lorasvd bf16+qattn tetrajet-v2-qadamw"}
 EXTRA_SEEDS=${EXTRA_SEEDS:-2}
-SCAN_ARMS=${SCAN_ARMS-$MAIN_ARMS}
+SCAN_ARMS=${SCAN_ARMS-"bf16 nvidia-nvfp4 tetrajet-v2-base tetrajet-v2"}
 PARALLEL=${PARALLEL:-14}
 DEADLINE_S=${DEADLINE_S:-0}
 RUNS=${RUNS:-runs/ablation}
@@ -74,6 +82,7 @@ CALIB_START=$((2 * WARMUP + 1))  # OutControl calibrates after warm-up, well ins
 arm_family() {
   case $1 in
     bf16 | nvidia-nvfp4 | nvidia-nvfp4-bf16tail | tetrajet-v2-base | tetrajet-v2-base+outcontrol) echo "$1" ;;
+    fullstack-fp4 | fp4train-max | bf16+root | nvidia-nvfp4+lorasvd | bf16+qattn | tetrajet-v2-qadamw) echo "$1" ;;
     tetrajet-v2-base+oscireset) echo tetrajet-v2-base ;;
     tetrajet-v2 | tetrajet-v2-memeff) echo tetrajet-v2-base+outcontrol ;;
     *) echo "unknown arm '$1'" >&2; return 1 ;;
@@ -81,12 +90,23 @@ arm_family() {
 }
 family_args() {  # the recipe of a stable run
   case $1 in
-    bf16 | nvidia-nvfp4 | tetrajet-v2-base) echo "--recipe $1" ;;
+    bf16 | nvidia-nvfp4 | tetrajet-v2-base | fullstack-fp4 | tetrajet-v2-qadamw) echo "--recipe $1" ;;
     nvidia-nvfp4-bf16tail) echo "--recipe nvidia-nvfp4 --set bf16_layers=[-1] --set recipe.overrides.name=$1" ;;
     tetrajet-v2-base+outcontrol)
       echo "--recipe tetrajet-v2-base --set out_control.enabled=true --set out_control.ratio=0.1" \
         "--set out_control.round_to=16 --set out_control.calib_start=$CALIB_START --set out_control.calib_steps=50" \
         "--set recipe.overrides.name=$1" ;;
+    # The preset with OutControl calibrated as the +outcontrol family and OsciReset off until the decay (as
+    # the tetrajet-v2 arm).
+    fp4train-max)
+      echo "--recipe fp4train-max --set osci_reset.enabled=false --set out_control.ratio=0.1" \
+        "--set out_control.round_to=16 --set out_control.calib_start=$CALIB_START --set out_control.calib_steps=50" \
+        "--set recipe.overrides.name=$1" ;;
+    nvidia-nvfp4+lorasvd)  # fullstack-fp4's LoRA-SVD settings
+      echo "--recipe nvidia-nvfp4 --set lora_svd.enabled=true --set lora_svd.rank=32 --set lora_svd.beta=1.0" \
+        "--set lora_svd.realign_every=2048 --set recipe.overrides.name=$1" ;;
+    bf16+qattn) echo "--recipe bf16 --set attention.q_attn=true --set recipe.overrides.name=$1" ;;
+    bf16+root) echo "--recipe bf16 --set optimizer=root --set recipe.overrides.name=$1" ;;
   esac
 }
 arm_args() {  # arm_args ARM BRANCH_STEP: the recipe of a decay
@@ -95,7 +115,7 @@ arm_args() {  # arm_args ARM BRANCH_STEP: the recipe of a decay
   local osci="--set osci_reset.enabled=true --set osci_reset.start=$((s + 1)) --set osci_reset.window=50"
   osci="$osci --set osci_reset.period=200 --set osci_reset.threshold=8"
   case $arm in
-    tetrajet-v2-base+oscireset | tetrajet-v2) echo "$(family_args "$fam") $osci --set recipe.overrides.name=$arm" ;;
+    tetrajet-v2-base+oscireset | tetrajet-v2 | fp4train-max) echo "$(family_args "$fam") $osci --set recipe.overrides.name=$arm" ;;
     tetrajet-v2-memeff) echo "$(family_args "$fam") $osci --set osci_reset.track_fraction=0.1 --set recipe.overrides.name=$arm" ;;
     *) family_args "$fam" ;;
   esac
@@ -243,9 +263,20 @@ phase_report() {
     [ -f "$d.done" ] && dirs+=("$d")
   done
   [ ${#dirs[@]} -gt 0 ] || { echo "== report: no finished decays under $RUNS/decay"; return 1; }
-  "$FP4" report --svg "$OUT/ablation.svg" --title "TetraJet-v2 ablation, $(key name)" "${dirs[@]}" >"$OUT/report.md" 2>"$OUT/report.log"
+  "$FP4" report --svg "$OUT/ablation.svg" --title "Recipe ablation, $(key name)" "${dirs[@]}" >"$OUT/report.md" 2>"$OUT/report.log"
   echo "== report rc=$? (${#dirs[@]} runs) -> $OUT/report.md"
   cat "$OUT/report.md"
+  # The Q-Root presets against BF16 trained with ROOT too (the optimizer-matched baseline), main budget.
+  local rdirs=()
+  for d in "${dirs[@]}"; do
+    [ "$(dirname "$d")" = "$RUNS/decay/b${T[K - 1]}" ] || continue
+    case $(basename "$d") in bf16+root-s* | fullstack-fp4-s* | fp4train-max-s*) rdirs+=("$d") ;; esac
+  done
+  if [ ${#rdirs[@]} -gt 0 ]; then
+    "$FP4" report --baseline bf16+root --svg "$OUT/ablation-root.svg" --title "Q-Root presets against BF16 + ROOT, $(key name)" \
+      "${rdirs[@]}" >"$OUT/report-root.md" 2>>"$OUT/report.log"
+    echo "== report against bf16+root rc=$? (${#rdirs[@]} runs) -> $OUT/report-root.md"
+  fi
   for d in "${dirs[@]}" "$RUNS"/stable/*/; do  # the small artefacts of every run, stable ones included
     d=${d%/}
     local to="$OUT/runs/${d#"$RUNS"/}"

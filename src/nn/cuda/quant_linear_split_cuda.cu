@@ -35,14 +35,15 @@ Nvfp4DeviceView view_of(const Packed& p, int64_t rows, int64_t cols, const Quant
 // The forward's transients, in one order.
 struct Forward {
   float* amax;
-  float *x4, *w4, *x4_hat, *w4_hat;  // [n x p4], [out x p4]
+  uint16_t *x4, *x8;       // BF16 [n x p4], [n x p8]: the gathered input columns
+  float *w4, *w8;          // FP32 [out x p4], [out x p8]: the gathered master columns
+  uint16_t* x4_hat;        // BF16 [n x p4]: dequant(Q1), the GEMM operand
+  float* w4_hat;           // [out x p4]
+  float *x8_hat, *w8_hat;  // [n x p8], [out x p8]
   Packed q1, q2;
-  float *x8, *w8, *x8_hat, *w8_hat;  // [n x p8], [out x p8]
   uint8_t *x8_codes, *x8_scales, *w8_codes, *w8_scales;
   uint16_t *x_cat, *w_cat;  // BF16 [n x (p4 + p8)], [out x (p4 + p8)]
   float *w_hat, *w_hat_t;   // [out x in], [in x out]
-  float* x6;                // [k4 x n]
-  float* x8t;               // [k8 x pn]
 };
 
 template <typename D>
@@ -51,16 +52,16 @@ Forward carve_forward(uint8_t* base, const D& d, const LinearPolicy& p, size_t* 
   Forward f{};
   const auto sz = [](int64_t a, int64_t b) { return static_cast<size_t>(a * b); };
   f.amax = c.take<float>(4);
-  f.x4 = c.take<float>(sz(d.n, d.p4));
+  f.x4 = c.take<uint16_t>(sz(d.n, d.p4));
+  f.x8 = c.take<uint16_t>(sz(d.n, d.p8));
   f.w4 = c.take<float>(sz(d.out, d.p4));
-  f.x4_hat = c.take<float>(sz(d.n, d.p4));
-  f.w4_hat = c.take<float>(sz(d.out, d.p4));
-  f.q1 = take_packed(c, d.n, d.p4, p[Operand::kQ1X]);
-  f.q2 = take_packed(c, d.out, d.p4, p[Operand::kQ2W]);
-  f.x8 = c.take<float>(sz(d.n, d.p8));
   f.w8 = c.take<float>(sz(d.out, d.p8));
+  f.x4_hat = c.take<uint16_t>(sz(d.n, d.p4));
+  f.w4_hat = c.take<float>(sz(d.out, d.p4));
   f.x8_hat = c.take<float>(sz(d.n, d.p8));
   f.w8_hat = c.take<float>(sz(d.out, d.p8));
+  f.q1 = take_packed(c, d.n, d.p4, p[Operand::kQ1X]);
+  f.q2 = take_packed(c, d.out, d.p4, p[Operand::kQ2W]);
   f.x8_codes = c.take<uint8_t>(sz(d.n, d.p8));
   f.x8_scales = c.take<uint8_t>(sz(d.n, d.p8 / kMxfp8Block));
   f.w8_codes = c.take<uint8_t>(sz(d.out, d.p8));
@@ -69,18 +70,14 @@ Forward carve_forward(uint8_t* base, const D& d, const LinearPolicy& p, size_t* 
   f.w_cat = c.take<uint16_t>(sz(d.out, d.p4 + d.p8));
   f.w_hat = c.take<float>(sz(d.out, d.in));
   f.w_hat_t = c.take<float>(sz(d.in, d.out));
-  f.x6 = c.take<float>(sz(d.k4, d.n));
-  f.x8t = c.take<float>(sz(d.k8, d.pn));
   if (bytes) *bytes = c.used();
   return f;
 }
 
 // The backward's transients.
 struct Backward {
-  float* dyt;                       // [out x pn]
-  uint8_t *dyt_codes, *dyt_scales;  // MX8 of it
-  bf16 *a8, *b8, *q6_values;        // [out x pn], [k8 x pn], [k4 x n]
-  float* dw;                        // [out x in]: dW[:, C4] then dW[:, C8]
+  bf16 *a8, *b8, *q6_values;  // [out x pn]: MX8(dY^T) values; [k8 x pn]; [k4 x n]
+  float* dw;                  // [out x in]: dW[:, C4] then dW[:, C8]
 };
 
 template <typename D>
@@ -88,9 +85,6 @@ Backward carve_backward(uint8_t* base, const D& d, size_t* bytes) {
   Carver c(base);
   Backward b{};
   const auto sz = [](int64_t a, int64_t x) { return static_cast<size_t>(a * x); };
-  b.dyt = c.take<float>(sz(d.out, d.pn));
-  b.dyt_codes = c.take<uint8_t>(sz(d.out, d.pn));
-  b.dyt_scales = c.take<uint8_t>(sz(d.out, d.pn / kMxfp8Block));
   b.a8 = c.take<bf16>(sz(d.out, d.pn));
   b.b8 = c.take<bf16>(sz(d.k8, d.pn));
   b.q6_values = c.take<bf16>(sz(d.k4, d.n));
@@ -99,11 +93,11 @@ Backward carve_backward(uint8_t* base, const D& d, size_t* bytes) {
   return b;
 }
 
-// quantize_nvfp4_cuda with its tensor amax first (when the spec has one) and optional FP32 values.
+// quantize_nvfp4_cuda with its tensor amax first (when the spec has one) and optional values.
 void quantize(const DeviceInput& x, const QuantSpec& spec, const QuantRandomness& r,
-              const Nvfp4DeviceView& out, float* amax, float* values, cudaStream_t s) {
+              const Nvfp4DeviceView& out, float* amax, const DequantOutput& values, cudaStream_t s) {
   if (spec.outer == OuterScale::kTensor) amax_nvfp4_cuda(x, spec, r, amax, s);
-  quantize_nvfp4_cuda(x, spec, r, out, amax, nullptr, DequantOutput{values, QuantIoType::kF32, true}, s);
+  quantize_nvfp4_cuda(x, spec, r, out, amax, nullptr, values, s);
 }
 
 template <typename T>
@@ -141,8 +135,8 @@ Mxfp8Tensor fetch_mxfp8(const uint8_t* codes, const uint8_t* scales, int64_t row
   return t;
 }
 
-DequantOutput bf16_values(bf16* p) {
-  return DequantOutput{p, QuantIoType::kBF16, true};
+DequantOutput values_out(void* p, QuantIoType t) {
+  return DequantOutput{p, t, true};
 }
 
 }  // namespace
@@ -206,37 +200,53 @@ void QuantLinearSplitCuda::forward(const OutChannels& ch, const bf16* x, bf16* y
   };
   const QuantSpec &q1 = p_[Operand::kQ1X], &q2 = p_[Operand::kQ2W], &q4 = p_[Operand::kQ4Wt],
                   &q6 = p_[Operand::kQ6Xt];
-  const int32_t* c4 = idx_.data();
-  const int32_t* c8 = idx_.data() + d.k4;
-  constexpr QuantIoType kF32 = QuantIoType::kF32;
+  constexpr QuantIoType kF32 = QuantIoType::kF32, kBF16 = QuantIoType::kBF16;
 
-  // FP4 part over C4 (padded to whole 128-blocks).
-  gather_columns_cuda(x, QuantIoType::kBF16, d.n, d.in, c4, d.k4, d.p4, f.x4, s);
-  gather_columns_cuda(w_.master, kF32, d.out, d.in, c4, d.k4, d.p4, f.w4, s);
-  quantize({f.x4, kF32, d.n, d.p4}, q1, rnd(QuantPurpose::kSrQ1, QuantPurpose::kRhtDx, 0),
-           view_of(f.q1, d.n, d.p4, q1), f.amax + 0, f.x4_hat, s);
+  // Both channel sets of X (BF16, as it comes: the quantizers' values are those of FP32 copies) and of the
+  // master, each source read once; C4 padded to whole 128-blocks, C8 to 32.
+  gather_column_sets_cuda(x, kBF16, d.n, d.in, idx_.data(), d.k4, d.p4, f.x4, d.k8, d.p8, f.x8, s);
+  gather_column_sets_cuda(w_.master, kF32, d.out, d.in, idx_.data(), d.k4, d.p4, f.w4, d.k8, d.p8, f.w8, s);
+
+  // FP4 part: Q1 of X[:, C4] with its BF16 values for the GEMM, and in training Q6 = X[:, C4]^T along n
+  // from the same pass (the fused dual quantizer; its padding rows k4..p4 are zeros, never read).
+  const DeviceInput x4{f.x4, kBF16, d.n, d.p4};
+  const QuantRandomness r1 = rnd(QuantPurpose::kSrQ1, QuantPurpose::kRhtDx, 0);
+  const Nvfp4DeviceView q1v = view_of(f.q1, d.n, d.p4, q1);
+  if (ctx.inference) {
+    quantize(x4, q1, r1, q1v, f.amax + 0, values_out(f.x4_hat, kBF16), s);
+  } else {
+    ensure(q6_codes_, static_cast<size_t>(d.p4 * d.n / 2));
+    ensure(q6_scales_, static_cast<size_t>(d.p4 * d.n / 16));
+    ensure(q6_outer_, static_cast<size_t>(nvfp4_outer_count(d.p4, d.n, q6.outer)));
+    const DualOperand rows{q1, r1, q1v, f.amax + 0, nullptr};
+    const DualOperand cols{q6, rnd(QuantPurpose::kSrQ6, QuantPurpose::kRhtDw, q6.rht_n), q6_view(d.p4),
+                           f.amax + 3, nullptr};
+    if (q1.outer == OuterScale::kTensor || q6.outer == OuterScale::kTensor)
+      amax_dual_cuda(x4, rows, cols, f.amax + 0, f.amax + 3, s);
+    quantize_dual_cuda(x4, rows, cols, values_out(f.x4_hat, kBF16), s);
+  }
   quantize({f.w4, kF32, d.out, d.p4}, q2, rnd(QuantPurpose::kSrQ2, QuantPurpose::kRhtDx, 0),
-           view_of(f.q2, d.out, d.p4, q2), f.amax + 1, f.w4_hat, s);
+           view_of(f.q2, d.out, d.p4, q2), f.amax + 1, values_out(f.w4_hat, kF32), s);
 
-  // FP8 part over C8 (padded to 32).
-  gather_columns_cuda(x, QuantIoType::kBF16, d.n, d.in, c8, d.k8, d.p8, f.x8, s);
-  gather_columns_cuda(w_.master, kF32, d.out, d.in, c8, d.k8, d.p8, f.w8, s);
+  // FP8 part over C8.
   const Mxfp8DeviceView x8q{f.x8_codes, f.x8_scales, d.n, d.p8}, w8q{f.w8_codes, f.w8_scales, d.out, d.p8};
-  quantize_mxfp8_cuda({f.x8, kF32, d.n, d.p8}, x8q, nullptr, s);
+  quantize_mxfp8_cuda({f.x8, kBF16, d.n, d.p8}, x8q, nullptr, s);
   quantize_mxfp8_cuda({f.w8, kF32, d.out, d.p8}, w8q, nullptr, s);
   dequantize_mxfp8_cuda(x8q, f.x8_hat, kF32, s);
   dequantize_mxfp8_cuda(w8q, f.w8_hat, kF32, s);
 
   // Y over both parts in one GEMM: [X4^ | X8^] [W4^ | W8^]^T.
   const int64_t kc = d.p4 + d.p8;
-  concat_columns_bf16_cuda(f.x4_hat, d.p4, f.x8_hat, d.p8, d.n, f.x_cat, s);
-  concat_columns_bf16_cuda(f.w4_hat, d.p4, f.w8_hat, d.p8, d.out, f.w_cat, s);
+  concat_columns_bf16_cuda(f.x4_hat, kBF16, d.p4, f.x8_hat, kF32, d.p8, d.n, f.x_cat, s);
+  concat_columns_bf16_cuda(f.w4_hat, kF32, d.p4, f.w8_hat, kF32, d.p8, d.out, f.w_cat, s);
   gemm_.gemm(false, true, n, static_cast<int>(d.out), static_cast<int>(kc), 1.0f,
              reinterpret_cast<bf16*>(f.x_cat), static_cast<int>(kc), reinterpret_cast<bf16*>(f.w_cat),
              static_cast<int>(kc), 0.0f, y, static_cast<int>(d.out), s);
   if (ctx.inference) return;  // evaluation, generation: no backward operands (Q6 and X8^T run along n)
 
   // Q4 from W^ in channel order (both parts), transposed.
+  const int32_t* c4 = idx_.data();
+  const int32_t* c8 = idx_.data() + d.k4;
   scatter_columns_cuda(f.w4_hat, d.p4, d.out, c4, d.k4, f.w_hat, d.in, false, s);
   scatter_columns_cuda(f.w8_hat, d.p8, d.out, c8, d.k8, f.w_hat, d.in, false, s);
   transpose_cuda(f.w_hat, kF32, d.out, d.in, d.in, f.w_hat_t, d.out, s);
@@ -244,24 +254,14 @@ void QuantLinearSplitCuda::forward(const OutChannels& ch, const bf16* x, bf16* y
   ensure(q4_scales_, static_cast<size_t>(d.in * d.out / 16));
   ensure(q4_outer_, static_cast<size_t>(nvfp4_outer_count(d.in, d.out, q4.outer)));
   quantize({f.w_hat_t, kF32, d.in, d.out}, q4, rnd(QuantPurpose::kSrQ4, QuantPurpose::kRhtDx, q4.rht_n),
-           this->q4(), f.amax + 2, nullptr, s);
+           this->q4(), f.amax + 2, DequantOutput{}, s);
 
-  // Q6 over the |C4| real channels along n: X^[:, C4] (aligned) or X[:, C4] (original).
-  transpose_cuda(q6.source == QuantSource::kAligned ? f.x4_hat : f.x4, kF32, d.n, d.k4, d.p4, f.x6, d.n, s);
-  ensure(q6_codes_, static_cast<size_t>(d.k4 * d.n / 2));
-  ensure(q6_scales_, static_cast<size_t>(d.k4 * d.n / 16));
-  ensure(q6_outer_, static_cast<size_t>(nvfp4_outer_count(d.k4, d.n, q6.outer)));
-  const Nvfp4DeviceView q6v{q6_codes_.data(), q6_scales_.data(), q6_outer_.data(), d.k4, d.n,
-                            q6.block,         q6.outer};
-  quantize({f.x6, kF32, d.k4, d.n}, q6, rnd(QuantPurpose::kSrQ6, QuantPurpose::kRhtDw, q6.rht_n), q6v,
-           f.amax + 3, nullptr, s);
-
-  // dW[:, C8]'s X operand: the forward's FP8 values, transposed and re-quantized along n (padded to 32).
-  transpose_cuda(f.x8_hat, kF32, d.n, d.k8, d.p8, f.x8t, d.pn, s);
+  // dW[:, C8]'s X operand: the forward's FP8 values re-quantized along n (padded to 32), read transposed.
   ensure(x8t_codes_, static_cast<size_t>(d.k8 * d.pn));
   ensure(x8t_scales_, static_cast<size_t>(d.k8 * d.pn / kMxfp8Block));
-  quantize_mxfp8_cuda({f.x8t, kF32, d.k8, d.pn},
-                      Mxfp8DeviceView{x8t_codes_.data(), x8t_scales_.data(), d.k8, d.pn}, nullptr, s);
+  quantize_mxfp8_transposed_cuda({f.x8_hat, kF32, d.n, d.p8},
+                                 Mxfp8DeviceView{x8t_codes_.data(), x8t_scales_.data(), d.k8, d.pn},
+                                 DequantOutput{}, nullptr, s);
 }
 
 Nvfp4DeviceView QuantLinearSplitCuda::q4() {
@@ -270,27 +270,31 @@ Nvfp4DeviceView QuantLinearSplitCuda::q4() {
                          d_.out,           q4.block,          q4.outer};
 }
 
+Nvfp4DeviceView QuantLinearSplitCuda::q6_view(int64_t rows) {
+  const QuantSpec& q6 = p_[Operand::kQ6Xt];
+  return Nvfp4DeviceView{q6_codes_.data(), q6_scales_.data(), q6_outer_.data(), rows, d_.n,
+                         q6.block,         q6.outer};
+}
+
 void QuantLinearSplitCuda::backward_dw(const bf16* dy, const bf16* dyt_q5, int n, uint8_t* workspace) {
   FP4_CHECK(fwd_ws_ != nullptr && d_.n == n, "linear ", spec_.name, ": split backward over ", n,
             " rows without a matching forward");
   const Dims& d = d_;
   const Backward b = carve_backward(workspace, d, nullptr);
   const cudaStream_t s = stream_;
-  const QuantSpec& q6 = p_[Operand::kQ6Xt];
   const int out = static_cast<int>(d.out), in = static_cast<int>(d.in), k4 = static_cast<int>(d.k4),
             k8 = static_cast<int>(d.k8), pn = static_cast<int>(d.pn);
 
-  // dW[:, C4] = Q5(dY^T) Q6^T over n, into the first |C4| columns of b.dw.
-  const Nvfp4DeviceView q6v{q6_codes_.data(), q6_scales_.data(), q6_outer_.data(), d.k4, d.n,
-                            q6.block,         q6.outer};
-  dequantize_nvfp4_cuda(q6v, bf16_values(b.q6_values), s);
+  // dW[:, C4] = Q5(dY^T) Q6^T over n, into the first |C4| columns of b.dw (Q6's first k4 rows are the real
+  // channels).
+  dequantize_nvfp4_cuda(q6_view(d.k4), values_out(b.q6_values, QuantIoType::kBF16), s);
   gemm_.gemm(false, true, out, k4, n, 1.0f, dyt_q5, n, b.q6_values, n, 0.0f, b.dw, in, s);
 
-  // dW[:, C8] = MX8(dY^T) (no RHT) times the kept FP8 X^T, both along n padded to 32, into the rest.
-  transpose_cuda(dy, QuantIoType::kBF16, d.n, d.out, d.out, b.dyt, d.pn, s);
-  const Mxfp8DeviceView dyt8{b.dyt_codes, b.dyt_scales, d.out, d.pn};
-  quantize_mxfp8_cuda({b.dyt, QuantIoType::kF32, d.out, d.pn}, dyt8, nullptr, s);
-  dequantize_mxfp8_cuda(dyt8, b.a8, QuantIoType::kBF16, s);
+  // dW[:, C8] = MX8(dY^T) (no RHT; its values straight from dY, no transposed copy) times the kept FP8 X^T,
+  // both along n padded to 32, into the rest.
+  quantize_mxfp8_transposed_cuda({dy, QuantIoType::kBF16, d.n, d.out},
+                                 Mxfp8DeviceView{nullptr, nullptr, d.out, d.pn},
+                                 values_out(b.a8, QuantIoType::kBF16), nullptr, s);
   dequantize_mxfp8_cuda(Mxfp8DeviceView{x8t_codes_.data(), x8t_scales_.data(), d.k8, d.pn}, b.b8,
                         QuantIoType::kBF16, s);
   gemm_.gemm(false, true, out, k8, pn, 1.0f, b.a8, pn, b.b8, pn, 0.0f, b.dw + k4, in, s);
@@ -308,7 +312,7 @@ SplitOperands QuantLinearSplitCuda::operands() const {
   FP4_CHECK(fwd_ws_ != nullptr, "linear ", spec_.name, ": no split forward yet");
   const Dims& d = d_;
   const Forward f = carve_forward(fwd_ws_, d, p_, nullptr);
-  const QuantSpec &q1 = p_[Operand::kQ1X], &q2 = p_[Operand::kQ2W], &q6 = p_[Operand::kQ6Xt];
+  const QuantSpec &q1 = p_[Operand::kQ1X], &q2 = p_[Operand::kQ2W];
   const cudaStream_t s = stream_;
   SplitOperands o;
   o.q1 = fetch_nvfp4(view_of(f.q1, d.n, d.p4, q1), s);
@@ -317,9 +321,7 @@ SplitOperands QuantLinearSplitCuda::operands() const {
   o.w8 = fetch_mxfp8(f.w8_codes, f.w8_scales, d.out, d.p8, s);
   auto* self = const_cast<QuantLinearSplitCuda*>(this);  // the views are read only here
   o.q4 = fetch_nvfp4(self->q4(), s);
-  o.q6 = fetch_nvfp4(Nvfp4DeviceView{self->q6_codes_.data(), self->q6_scales_.data(), self->q6_outer_.data(),
-                                     d.k4, d.n, q6.block, q6.outer},
-                     s);
+  o.q6 = fetch_nvfp4(self->q6_view(d.k4), s);
   o.x8t = fetch_mxfp8(x8t_codes_.data(), x8t_scales_.data(), d.k8, d.pn, s);
   return o;
 }

@@ -3,8 +3,10 @@
 //   Y = Q1(X[:, C4]) Q2(W[:, C4])^T + MX8(X[:, C8]) MX8(W[:, C8])^T   (one GEMM over both parts)
 //   Q4 from W^ assembled in channel order from both parts; Q6 over X[:, C4]; MX8 of the FP8 X^T;
 //   dW[:, C4] = Q5(dY^T) Q6^T and dW[:, C8] = MX8(dY^T) MX8(X^T)^T, scattered into W.grad.
-// Columns are gathered into zero-padded FP32 matrices and quantized by the device quantizers, so every
-// operand is byte-identical to the CPU layer's; GEMMs run on BF16 values as in the unsplit layer.
+// Columns are gathered into zero-padded matrices (X in BF16, the master in FP32), each source read once, and
+// quantized by the device quantizers: Q1 and Q6 by the fused dual quantizer in one pass, the FP8 transposes
+// by the transposed MXFP8 quantizer (no transposed copies), so every operand is byte-identical to the CPU
+// layer's; GEMMs run on BF16 values as in the unsplit layer.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +39,9 @@ class QuantLinearSplitCuda {
     int64_t n, in, out, k4, k8, p4, p8, pn;
   };
   Dims dims(const OutChannels& ch, int n) const;
+  // The kept Q6 (X[:, C4]^T along n) as an operand of `rows` rows: p4 for the quantizer, which writes the
+  // padding channels too; k4, the real channels, for its readers.
+  Nvfp4DeviceView q6_view(int64_t rows);
   void sync_channels(const OutChannels& ch);
 
   LinearSpec spec_;

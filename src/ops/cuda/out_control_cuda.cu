@@ -35,13 +35,22 @@ __global__ void column_norm_sums_kernel(const uint16_t* x, int64_t rows, int64_t
   sums[cols + c] += sq;
 }
 
-__global__ void gather_columns_kernel(const void* src, QuantIoType t, int64_t rows, int64_t cols,
-                                      const int32_t* idx, int64_t k, int64_t padded, float* dst) {
-  const int64_t total = rows * padded;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / padded, j = i % padded;
-    dst[i] = j < k ? load_value(src, t, r * cols + idx[j]) : 0.0f;
+template <typename E>
+__device__ E column_or_zero(const E* row, const int32_t* idx, int64_t j, int64_t k) {
+  return j < k ? row[idx[j]] : E{0};
+}
+
+// Block per row (grid-stride): dst_a's row then dst_b's, so the source row is read from cache once.
+template <typename E>
+__global__ void gather_column_sets_kernel(const E* src, int64_t rows, int64_t cols, const int32_t* idx,
+                                          int64_t ka, int64_t pa, E* dst_a, int64_t kb, int64_t pb,
+                                          E* dst_b) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const E* row = src + r * cols;
+    for (int64_t j = threadIdx.x; j < pa; j += blockDim.x)
+      dst_a[r * pa + j] = column_or_zero(row, idx, j, ka);
+    for (int64_t j = threadIdx.x; j < pb; j += blockDim.x)
+      dst_b[r * pb + j] = column_or_zero(row, idx + ka, j, kb);
   }
 }
 
@@ -73,14 +82,18 @@ __global__ void transpose_kernel(const void* src, QuantIoType t, int64_t rows, i
   }
 }
 
-__global__ void concat_columns_kernel(const float* a, int64_t ca, const float* b, int64_t cb, int64_t rows,
-                                      __nv_bfloat16* dst) {
-  const int64_t width = ca + cb, total = rows * width;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / width, j = i % width;
-    dst[i] = __float2bfloat16_rn(j < ca ? a[r * ca + j] : b[r * cb + (j - ca)]);
-  }
+__device__ __nv_bfloat16 bf16_at(const void* p, QuantIoType t, int64_t i) {
+  if (t == QuantIoType::kBF16) return static_cast<const __nv_bfloat16*>(p)[i];
+  return __float2bfloat16_rn(static_cast<const float*>(p)[i]);
+}
+
+// Block per row (grid-stride).
+__global__ void concat_columns_kernel(const void* a, QuantIoType ta, int64_t ca, const void* b,
+                                      QuantIoType tb, int64_t cb, int64_t rows, __nv_bfloat16* dst) {
+  const int64_t width = ca + cb;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
+    for (int64_t j = threadIdx.x; j < width; j += blockDim.x)
+      dst[r * width + j] = j < ca ? bf16_at(a, ta, r * ca + j) : bf16_at(b, tb, r * cb + (j - ca));
 }
 
 unsigned grid_1d(int64_t items) {
@@ -96,14 +109,24 @@ void column_norm_sums_cuda(const uint16_t* x, int64_t rows, int64_t cols, double
   FP4_CUDA_CHECK_LAUNCH("column_norm_sums_kernel");
 }
 
-void gather_columns_cuda(const void* src, QuantIoType dtype, int64_t rows, int64_t cols, const int32_t* idx,
-                         int64_t k, int64_t padded, float* dst, cudaStream_t stream) {
-  FP4_CHECK(k >= 0 && k <= padded && k <= cols, "gather_columns_cuda: ", k, " of ", cols, " columns into ",
-            padded);
-  if (rows * padded == 0) return;
-  gather_columns_kernel<<<grid_1d(rows * padded), 256, 0, stream>>>(src, dtype, rows, cols, idx, k, padded,
-                                                                    dst);
-  FP4_CUDA_CHECK_LAUNCH("gather_columns_kernel");
+void gather_column_sets_cuda(const void* src, QuantIoType dtype, int64_t rows, int64_t cols,
+                             const int32_t* idx, int64_t ka, int64_t pa, void* dst_a, int64_t kb, int64_t pb,
+                             void* dst_b, cudaStream_t stream) {
+  FP4_CHECK(ka >= 0 && kb >= 0 && ka <= pa && kb <= pb && ka + kb <= cols, "gather_column_sets_cuda: ", ka,
+            " and ", kb, " of ", cols, " columns into ", pa, " and ", pb);
+  FP4_CHECK((pa == 0 || dst_a != nullptr) && (pb == 0 || dst_b != nullptr),
+            "gather_column_sets_cuda: a null destination");
+  if (rows == 0 || pa + pb == 0) return;
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(rows, int64_t{1} << 16));
+  if (dtype == QuantIoType::kF32)
+    gather_column_sets_kernel<float><<<grid, 256, 0, stream>>>(static_cast<const float*>(src), rows, cols,
+                                                               idx, ka, pa, static_cast<float*>(dst_a), kb,
+                                                               pb, static_cast<float*>(dst_b));
+  else
+    gather_column_sets_kernel<uint16_t>
+        <<<grid, 256, 0, stream>>>(static_cast<const uint16_t*>(src), rows, cols, idx, ka, pa,
+                                   static_cast<uint16_t*>(dst_a), kb, pb, static_cast<uint16_t*>(dst_b));
+  FP4_CUDA_CHECK_LAUNCH("gather_column_sets_kernel");
 }
 
 void scatter_columns_cuda(const float* src, int64_t src_ld, int64_t rows, const int32_t* idx, int64_t k,
@@ -126,11 +149,12 @@ void transpose_cuda(const void* src, QuantIoType dtype, int64_t rows, int64_t co
   FP4_CUDA_CHECK_LAUNCH("transpose_kernel");
 }
 
-void concat_columns_bf16_cuda(const float* a, int64_t ca, const float* b, int64_t cb, int64_t rows,
-                              uint16_t* dst, cudaStream_t stream) {
+void concat_columns_bf16_cuda(const void* a, QuantIoType ta, int64_t ca, const void* b, QuantIoType tb,
+                              int64_t cb, int64_t rows, uint16_t* dst, cudaStream_t stream) {
   if (rows * (ca + cb) == 0) return;
-  concat_columns_kernel<<<grid_1d(rows * (ca + cb)), 256, 0, stream>>>(a, ca, b, cb, rows,
-                                                                       reinterpret_cast<__nv_bfloat16*>(dst));
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(rows, int64_t{1} << 16));
+  concat_columns_kernel<<<grid, 256, 0, stream>>>(a, ta, ca, b, tb, cb, rows,
+                                                  reinterpret_cast<__nv_bfloat16*>(dst));
   FP4_CUDA_CHECK_LAUNCH("concat_columns_kernel");
 }
 

@@ -119,6 +119,13 @@ struct Mxfp8DeviceView {
 void quantize_mxfp8_cuda(const DeviceInput& x, const Mxfp8DeviceView& out,
                          unsigned long long* nonfinite_device, cudaStream_t stream);
 void dequantize_mxfp8_cuda(const Mxfp8DeviceView& q, void* out, QuantIoType dtype, cudaStream_t stream);
+// MXFP8 of x^T along x's rows (quantize_mxfp8 of the transpose): `out` is [out.rows x out.cols] with
+// out.rows <= x.cols (the first out.rows columns of x) and out.cols = x.rows rounded up to 32 (rows past
+// x.rows are zeros). out.codes and out.scales may both be null when only the dequantized values are wanted;
+// dequant (optional, [out.rows x out.cols]) receives them. One pass: no transposed copy is written.
+void quantize_mxfp8_transposed_cuda(const DeviceInput& x, const Mxfp8DeviceView& out,
+                                    const DequantOutput& dequant, unsigned long long* nonfinite_device,
+                                    cudaStream_t stream);
 
 // to_cublaslt_scale_layout (quantize.h) on the device: out holds cublaslt_scale_layout_bytes(rows,
 // scale_cols) bytes, padding included (written as zeros).
