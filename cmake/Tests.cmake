@@ -43,6 +43,9 @@ set_tests_properties(check_format_script PROPERTIES LABELS cpu TIMEOUT 60)
 # The stable-phase read-out of stopped runs (scripts/experiments/gap_at_step.py).
 add_test(NAME gap_at_step_script COMMAND ${FP4_SYSTEM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/scripts/gap_at_step_test.py)
 set_tests_properties(gap_at_step_script PROPERTIES LABELS cpu TIMEOUT 60)
+# Time to the same loss from a scan of decays and latest.json (scripts/experiments/equal_loss_time.py).
+add_test(NAME equal_loss_time_script COMMAND ${FP4_SYSTEM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/scripts/equal_loss_time_test.py)
+set_tests_properties(equal_loss_time_script PROPERTIES LABELS cpu TIMEOUT 60)
 file(GLOB refs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/reference/check_*.py)
 foreach(ref ${refs})
   get_filename_component(n ${ref} NAME_WE)

@@ -101,7 +101,11 @@ TEST(LoraSvdCholeskyQr, OrthonormalBasisOfTheColumnSpace) {
     const std::vector<double> a = gaussian(rng, size_t(m) * r);
     const std::vector<float> l2(a.begin(), a.end());
     const std::vector<float> u = cholesky_qr2(l2.data(), m, r);
-    EXPECT_LT(orthogonality_error(u, m, r), 2e-6) << m << " x " << r;
+    // A square Gaussian matrix is now and then ill-conditioned (its smallest singular value has a heavy tail
+    // near 0), and then the shifted passes leave more than 2e-6 (up to 7.5e-6 in 10,000 seeds, 2026-12-02):
+    // it is held to cholesky_qr2's acceptance bound, as in the ill-conditioned test below.
+    const double bound = m == r ? 1e-4 : 2e-6;
+    EXPECT_LT(orthogonality_error(u, m, r), bound) << m << " x " << r;
     EXPECT_LT(outside(u, m, r, l2, r), 2e-6) << m << " x " << r;  // col(L2) in col(U), both rank r
   }
 }
@@ -114,7 +118,10 @@ TEST(LoraSvdCholeskyQr, IllConditionedFactorsStayOrthonormal) {
     for (int j = 0; j < r; ++j) s[size_t(j)] = std::pow(cond, -double(j) / (r - 1));  // 1 .. 1/cond
     const std::vector<float> l2 = with_singular_values(rng, m, s);
     const std::vector<float> u = cholesky_qr2(l2.data(), m, r);
-    EXPECT_LT(orthogonality_error(u, m, r), 1e-5) << "cond " << cond;
+    // cholesky_qr2's own acceptance bound (|U^T U - I| < 1e-4 entrywise, else the double Gram-Schmidt
+    // fallback): at cond 1e6 the shifted passes' error reached 6.6e-5 over 20,000 seeds (2026-12-02), so a
+    // 1e-5 bound failed about once in 600 runs.
+    EXPECT_LT(orthogonality_error(u, m, r), 1e-4) << "cond " << cond;
     EXPECT_LT(outside(u, m, r, l2, r), 1e-5) << "cond " << cond;
   }
 }
