@@ -19,29 +19,13 @@ import os
 import re
 import sys
 
-
-def recipe_name(run_dir):
-    with open(os.path.join(run_dir, "recipe.toml"), encoding="utf-8") as f:
-        for line in f:
-            m = re.match(r'\s*name\s*=\s*"([^"]*)"', line)
-            if m:
-                return m.group(1)
-    raise SystemExit(f"equal_loss_time: {run_dir}/recipe.toml names no recipe")
-
-
-def seed_of(run_dir):
-    with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
-        return json.load(f)["train"]["seed"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_dirs import evaluations, recipe_name, seed_of  # noqa: E402
 
 
 def final_val_loss(run_dir):
-    loss = None
-    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("type") == "eval":
-                loss = r["val_loss"]
-    return loss
+    ev = evaluations(run_dir)
+    return ev[-1][1] if ev else None
 
 
 def read_scan(root):

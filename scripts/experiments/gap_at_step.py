@@ -9,37 +9,19 @@ Used for the stable-phase read-out of runs stopped by a deadline (docs/RESULTS.m
 usage: gap_at_step.py --step 650 [--baseline bf16] RUN_DIR...
 """
 import argparse
-import json
 import math
 import os
-import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_dirs import evaluations, recipe_name, seed_of  # noqa: E402
 
 # Two-sided 95% quantiles of Student's t for 1..10 degrees of freedom.
 T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
 
 
-def recipe_name(run_dir):
-    with open(os.path.join(run_dir, "recipe.toml"), encoding="utf-8") as f:
-        for line in f:
-            m = re.match(r'\s*name\s*=\s*"([^"]*)"', line)
-            if m:
-                return m.group(1)
-    raise SystemExit(f"gap_at_step: {run_dir}/recipe.toml names no recipe")
-
-
-def seed_of(run_dir):
-    with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
-        return json.load(f)["train"]["seed"]
-
-
 def val_loss_at(run_dir, step):
-    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("type") == "eval" and r.get("step") == step:
-                return r["val_loss"]
-    return None
+    return next((loss for s, loss in evaluations(run_dir) if s == step), None)
 
 
 def interval(values):

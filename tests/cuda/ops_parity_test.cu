@@ -767,13 +767,7 @@ void run_quantize_mxfp8(Parity& par, std::mt19937& rng) {
       dequantize_mxfp8_cuda(view, out_f32.data(), QuantIoType::kF32, nullptr);
       FP4_CUDA_CHECK(cudaDeviceSynchronize());
       Diff d;
-      std::vector<uint8_t> got_codes(n), got_scales(n / 32);
-      codes.download(got_codes.data(), n);
-      scales.download(got_scales.data(), n / 32);
-      for (int64_t i = 0; i < n; ++i)
-        if (got_codes[i] != want.codes[i] && d.codes++ == 0) d.note("code " + std::to_string(i));
-      for (int64_t i = 0; i < n / 32; ++i)
-        if (got_scales[i] != want.scales[i] && d.scales++ == 0) d.note("scale " + std::to_string(i));
+      compare_mxfp8(want, codes, scales, d);
       compare_nonfinite(want.nonfinite, read_back(nonfinite), d);
       std::vector<float> w(n), gf(n);
       dequantize(want, w.data());

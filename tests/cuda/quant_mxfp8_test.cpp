@@ -40,17 +40,7 @@ TEST(QuantMxfp8Cuda, MatchesCpuReference) {
         FP4_CUDA_CHECK(cudaDeviceSynchronize());
 
         Diff d;
-        std::vector<uint8_t> got_codes(n), got_scales(n / 32);
-        codes.download(got_codes.data(), n);
-        scales.download(got_scales.data(), n / 32);
-        for (int64_t i = 0; i < n; ++i)
-          if (got_codes[i] != want.codes[i] && d.codes++ == 0)
-            d.note("code " + std::to_string(i) + ": want " + std::to_string(want.codes[i]) + " got " +
-                   std::to_string(got_codes[i]) + " (x = " + std::to_string(in.values[i]) + ")");
-        for (int64_t i = 0; i < n / 32; ++i)
-          if (got_scales[i] != want.scales[i] && d.scales++ == 0)
-            d.note("scale " + std::to_string(i) + ": want " + std::to_string(want.scales[i]) + " got " +
-                   std::to_string(got_scales[i]));
+        cudatest::compare_mxfp8(want, codes, scales, d);
         cudatest::compare_nonfinite(want.nonfinite, cudatest::read_back(nonfinite), d);
         std::vector<float> w(n), gf(n);
         dequantize(want, w.data());
@@ -113,17 +103,7 @@ TEST(QuantMxfp8Cuda, TransposedMatchesCpuReferenceOfThePaddedTranspose) {
         FP4_CUDA_CHECK(cudaDeviceSynchronize());
 
         Diff d;
-        std::vector<uint8_t> got_codes(n), got_scales(n / 32);
-        codes.download(got_codes.data(), n);
-        scales.download(got_scales.data(), n / 32);
-        for (int64_t i = 0; i < n; ++i)
-          if (got_codes[i] != want.codes[i] && d.codes++ == 0)
-            d.note("code " + std::to_string(i) + ": want " + std::to_string(want.codes[i]) + " got " +
-                   std::to_string(got_codes[i]));
-        for (int64_t i = 0; i < n / 32; ++i)
-          if (got_scales[i] != want.scales[i] && d.scales++ == 0)
-            d.note("scale " + std::to_string(i) + ": want " + std::to_string(want.scales[i]) + " got " +
-                   std::to_string(got_scales[i]));
+        cudatest::compare_mxfp8(want, codes, scales, d);
         cudatest::compare_nonfinite(want.nonfinite, cudatest::read_back(nonfinite), d);
         std::vector<float> gf(static_cast<size_t>(n));
         out_f32.download(gf.data(), n);

@@ -212,6 +212,24 @@ inline void compare_nonfinite(uint64_t want, uint64_t got, Diff& d) {
   }
 }
 
+// The device MXFP8 codes and scales of an operand against the CPU reference's, counted into d (the first
+// mismatch of each noted).
+inline void compare_mxfp8(const Mxfp8Tensor& want, const DeviceBuffer<uint8_t>& codes,
+                          const DeviceBuffer<uint8_t>& scales, Diff& d) {
+  const auto n = static_cast<int64_t>(want.codes.size());
+  std::vector<uint8_t> got_codes(static_cast<size_t>(n)), got_scales(static_cast<size_t>(n / 32));
+  codes.download(got_codes.data(), got_codes.size());
+  scales.download(got_scales.data(), got_scales.size());
+  for (int64_t i = 0; i < n; ++i)
+    if (got_codes[i] != want.codes[i] && d.codes++ == 0)
+      d.note("code " + std::to_string(i) + ": want " + std::to_string(want.codes[i]) + " got " +
+             std::to_string(got_codes[i]));
+  for (int64_t i = 0; i < n / 32; ++i)
+    if (got_scales[i] != want.scales[i] && d.scales++ == 0)
+      d.note("scale " + std::to_string(i) + ": want " + std::to_string(want.scales[i]) + " got " +
+             std::to_string(got_scales[i]));
+}
+
 // Dequantized values bit for bit; NaN matches NaN (its payload and sign are platform-dependent).
 inline void compare_f32(const std::vector<float>& want, const std::vector<float>& got, Diff& d) {
   for (size_t i = 0; i < want.size(); ++i) {
