@@ -135,7 +135,20 @@ for arm in $ARMS; do
     [[ " $families " == *" $fam:$s "* ]] || families="$families $fam:$s "
   done
 done
-for fs in $families; do JOBS+=("stable ${fs%%:*} ${fs##*:}"); done
+# The slowest stable runs first (longest job first keeps the GPU's last minutes from waiting on one of them):
+# the Q-Root presets, then LoRA-SVD and Q-Attn, then the rest, each group in ARMS order.
+slow_rank() {
+  case $1 in
+    fullstack-fp4 | fp4train-max) echo 0 ;;
+    *lorasvd* | *qattn*) echo 1 ;;
+    *) echo 2 ;;
+  esac
+}
+for rank in 0 1 2; do
+  for fs in $families; do
+    [ "$(slow_rank "${fs%%:*}")" = $rank ] && JOBS+=("stable ${fs%%:*} ${fs##*:}")
+  done
+done
 for ((k = K - 1; k >= 0; k--)); do  # the main budget's decays first
   for arm in $ARMS; do
     [ $k = $((K - 1)) ] || in_scan "$arm" || continue
