@@ -159,9 +159,9 @@ void quantize_mxfp8_transposed_cuda(const DeviceInput& x, const Mxfp8DeviceView&
   FP4_CHECK(x.rows > 0 && x.cols > 0, kWhat, ": empty input [", x.rows, " x ", x.cols, "]");
   FP4_CHECK(out.rows > 0 && out.rows <= x.cols, kWhat, ": ", out.rows, " output rows from an input of ",
             x.cols, " columns");
-  FP4_CHECK(out.cols == (x.rows + kMxfp8Block - 1) / kMxfp8Block * kMxfp8Block, kWhat, ": output view has ",
-            out.cols, " columns, the ", x.rows, " input rows padded to 32 are ",
-            (x.rows + kMxfp8Block - 1) / kMxfp8Block * kMxfp8Block);
+  const int64_t padded_rows = qk::ceil_div(x.rows, kMxfp8Block) * kMxfp8Block;
+  FP4_CHECK(out.cols == padded_rows, kWhat, ": output view has ", out.cols, " columns, the ", x.rows,
+            " input rows padded to 32 are ", padded_rows);
   FP4_CHECK((out.codes == nullptr) == (out.scales == nullptr), kWhat,
             ": codes and scales are stored together or not at all");
   FP4_CHECK(out.codes != nullptr || dequant.data != nullptr, kWhat, ": nothing to store");
