@@ -11,19 +11,15 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fake_runs  # noqa: E402
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "experiments", "equal_loss_time.py")
 
 
 def make_run(root, budget, recipe, seed, loss):
-    d = os.path.join(root, f"b{budget}", f"{recipe}-s{seed}")
-    os.makedirs(d)
-    with open(os.path.join(d, "recipe.toml"), "w", encoding="utf-8") as f:
-        f.write(f'name = "{recipe}"\n')
-    with open(os.path.join(d, "config.json"), "w", encoding="utf-8") as f:
-        json.dump({"train": {"seed": seed}}, f)
-    with open(os.path.join(d, "metrics.jsonl"), "w", encoding="utf-8") as f:
-        f.write(json.dumps({"type": "eval", "step": 1, "val_loss": loss + 5.0}) + "\n")
-        f.write(json.dumps({"type": "eval", "step": budget, "val_loss": loss}) + "\n")
+    fake_runs.make_run(os.path.join(root, f"b{budget}", f"{recipe}-s{seed}"), recipe, seed,
+                       {1: loss + 5.0, budget: loss})
 
 
 def main():

@@ -2,7 +2,6 @@
 """scripts/experiments/gap_at_step.py on made-up run directories with random losses: the paired mean gap and
 its 95% t interval against a direct computation, a run without the step left out (and said so), a missing
 baseline refused."""
-import json
 import math
 import os
 import random
@@ -10,21 +9,14 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fake_runs  # noqa: E402
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "experiments", "gap_at_step.py")
 
 
 def make_run(root, recipe, seed, evals):
-    d = os.path.join(root, f"{recipe}-s{seed}")
-    os.makedirs(d)
-    with open(os.path.join(d, "recipe.toml"), "w", encoding="utf-8") as f:
-        f.write(f'name = "{recipe}"\ndescription = "test"\n')
-    with open(os.path.join(d, "config.json"), "w", encoding="utf-8") as f:
-        json.dump({"train": {"seed": seed}}, f)
-    with open(os.path.join(d, "metrics.jsonl"), "w", encoding="utf-8") as f:
-        for step, loss in evals.items():
-            f.write(json.dumps({"type": "train", "step": step, "loss": loss + 1.0}) + "\n")
-            f.write(json.dumps({"type": "eval", "step": step, "val_loss": loss}) + "\n")
-    return d
+    return fake_runs.make_run(os.path.join(root, f"{recipe}-s{seed}"), recipe, seed, evals)
 
 
 def run(args):
