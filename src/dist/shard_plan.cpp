@@ -1,8 +1,26 @@
 #include "dist/shard_plan.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace fp4 {
+namespace {
+
+// Fills every rank's pieces from its [begin, end).
+void add_pieces(ShardPlan& plan, const std::vector<ParameterInfo>& params) {
+  for (auto& shard : plan.ranks) {
+    shard.pieces.clear();
+    for (size_t t = 0; t < params.size(); ++t) {
+      const int64_t t_begin = plan.offsets[t];
+      const int64_t t_end = t_begin + params[t].numel();
+      const int64_t lo = std::max(t_begin, shard.begin);
+      const int64_t hi = std::min(t_end, shard.end);
+      if (lo < hi) shard.pieces.push_back({params[t].name, lo - t_begin, lo, hi - lo});
+    }
+  }
+}
+
+}  // namespace
 
 ShardPlan make_shard_plan(const std::vector<ParameterInfo>& params, int world_size, int64_t align_elements) {
   FP4_CHECK(world_size >= 1, "make_shard_plan: world_size ", world_size, " must be >= 1");
@@ -32,15 +50,44 @@ ShardPlan make_shard_plan(const std::vector<ParameterInfo>& params, int world_si
     plan.ranks[r].end = std::min(block * align_elements, plan.total);
   }
 
-  for (auto& shard : plan.ranks) {
-    for (size_t t = 0; t < params.size(); ++t) {
-      const int64_t t_begin = plan.offsets[t];
-      const int64_t t_end = t_begin + params[t].numel();
-      const int64_t lo = std::max(t_begin, shard.begin);
-      const int64_t hi = std::min(t_end, shard.end);
-      if (lo < hi) shard.pieces.push_back({params[t].name, lo - t_begin, lo, hi - lo});
+  add_pieces(plan, params);
+  return plan;
+}
+
+ShardPlan make_tensor_shard_plan(const std::vector<ParameterInfo>& params, int world_size,
+                                 std::span<const double> costs) {
+  FP4_CHECK(costs.size() == params.size(), "make_tensor_shard_plan: ", costs.size(), " costs for ",
+            params.size(), " parameters");
+  for (size_t t = 0; t < costs.size(); ++t)
+    FP4_CHECK(std::isfinite(costs[t]) && costs[t] >= 0.0, "make_tensor_shard_plan: parameter ",
+              params[t].name, " has cost ", costs[t], " (must be finite and >= 0)");
+  ShardPlan plan = make_shard_plan(params, world_size, 1);  // validates; its ranges are replaced below
+  const size_t n = params.size();
+  // Balanced by the sum over ranks of the squared rank cost (additive, so exact by dynamic programming,
+  // and it spreads tensors over every rank that can take some). best[r][i]: the least sum for ranks
+  // 0..r-1 holding tensors [0, i); split[r][i]: where rank r-1's tensors begin (the first best one).
+  std::vector<double> prefix(n + 1, 0.0);
+  for (size_t t = 0; t < n; ++t) prefix[t + 1] = prefix[t] + costs[t];
+  const auto ranks = static_cast<size_t>(world_size);
+  std::vector<std::vector<double>> best(ranks + 1, std::vector<double>(n + 1, INFINITY));
+  std::vector<std::vector<size_t>> split(ranks + 1, std::vector<size_t>(n + 1, 0));
+  best[0][0] = 0.0;
+  for (size_t r = 1; r <= ranks; ++r) {
+    for (size_t i = 0; i <= n; ++i) {
+      for (size_t s = 0; s <= i; ++s) {
+        const double load = prefix[i] - prefix[s];
+        const double c = best[r - 1][s] + load * load;
+        if (c < best[r][i]) best[r][i] = c, split[r][i] = s;
+      }
     }
   }
+  std::vector<size_t> first(ranks + 1, n);  // rank r holds tensors [first[r], first[r + 1])
+  for (size_t r = ranks; r >= 1; --r) first[r - 1] = split[r][first[r]];
+  const auto offset_of = [&](size_t t) { return t < n ? plan.offsets[t] : plan.total; };
+  for (size_t r = 0; r < ranks; ++r) {
+    plan.ranks[r] = RankShard{offset_of(first[r]), offset_of(first[r + 1]), {}};
+  }
+  add_pieces(plan, params);
   return plan;
 }
 

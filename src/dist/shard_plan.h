@@ -44,6 +44,14 @@ struct ShardPlan {
 ShardPlan make_shard_plan(const std::vector<ParameterInfo>& params, int world_size,
                           int64_t align_elements = 64);
 
+// Shards of whole tensors, for optimizers that need each tensor's whole gradient (ROOT's Newton-Schulz):
+// rank r holds a contiguous run of tensors in the given order, chosen so that the per-rank sums of costs[t]
+// (one non-negative cost per tensor) are balanced: their sum of squares is the least of all such splits.
+// Ranks may be empty when tensors are fewer than ranks.
+// align is 1 (a quantized state's tiles are not respected).
+ShardPlan make_tensor_shard_plan(const std::vector<ParameterInfo>& params, int world_size,
+                                 std::span<const double> costs);
+
 // How a per-element state is stored: bytes_per_unit bytes hold elements_per_unit consecutive
 // elements (FP32: 1 element / 4 bytes; packed FP4: 2 / 1; one E4M3 scale per 16: 16 / 1).
 struct StateLayout {

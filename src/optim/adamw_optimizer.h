@@ -19,6 +19,7 @@ class AdamWOptimizer final : public Optimizer {
   void load_state(const StateIndex& index, const ParameterSet& params) override;
   int64_t state_bytes() const override;
   void reset_moments(const std::vector<IndexRange>& ranges) override;
+  const AdamW& state() const { return adam_; }  // this rank's moments and step count
 
  private:
   std::vector<float> full_moment(std::span<const float> shard_state, int64_t numel) const;

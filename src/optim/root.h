@@ -49,6 +49,12 @@ std::string root_optimizer_name(NsPrecision p);
 // Whether ROOT updates this parameter: 2-D, and neither the embedding ("embed") nor the head ("lm_head").
 bool root_eligible(const ParameterInfo& info);
 
+// The relative work of one optimizer step on this parameter, to balance whole-tensor shards over ranks:
+// for a ROOT matrix (r = min(rows, cols), c = max) ns_steps Newton-Schulz iterations of 4 r^2 c + 2 r^3
+// multiply-adds, plus about 100 operations an element (momentum, quantile clipping, update); for an AdamW
+// parameter about 20 an element. Only the ratios matter.
+double root_step_cost(const ParameterInfo& info, int ns_steps);
+
 struct RootStepInfo {
   float clip_eps = 0;   // the clipping threshold used
   int64_t clipped = 0;  // elements of U with |U| > eps

@@ -12,19 +12,24 @@ namespace fp4 {
 
 RootOptimizer::RootOptimizer(const ParameterSet& params, const OptimizerPlacement& place, uint64_t seed,
                              NsPrecision precision, RootOptions opt)
-    : opt_(opt), shard_{0, params.numel()} {
+    : opt_(opt), place_(place), shard_(place.shard(params.numel())) {
   opt_.precision = precision;
   const std::string me = "optimizer '" + root_optimizer_name(precision) + "'";
-  FP4_CHECK(
-      !place.comm || place.comm->world_size() == 1, me, ": data parallelism (", place.comm->world_size(),
-      " ranks) is not supported: Newton-Schulz needs each matrix's whole gradient, and gradients are ",
-      "reduce-scattered to ZeRO-1 shards; run on one rank or set the recipe field optimizer = \"adamw\"");
   check_root_options(opt_, me);
   for (int i = 0; i < params.size(); ++i) {
     const Parameter& p = params.at(i);
+    all_infos_.push_back(p.info);
+    const int64_t end = p.offset + p.info.numel();
+    const bool mine = p.offset >= shard_.begin && end <= shard_.end;
+    // Newton-Schulz needs each matrix whole, so a shard holds whole tensors (make_tensor_shard_plan).
+    FP4_CHECK(mine || end <= shard_.begin || p.offset >= shard_.end, me, ": the shard [", shard_.begin, ", ",
+              shard_.end, ") of rank ", place.comm ? place.comm->rank() : 0, " cuts parameter ", p.info.name,
+              " [", p.offset, ", ", end, "); this optimizer needs shards of whole tensors");
+    if (!mine) continue;
     if (root_eligible(p.info)) {
       root_index_.push_back(i);
       root_offset_.push_back(p.offset);
+      // The matrix's global index keys Q-Root's SR stream: the same bits on any number of ranks.
       roots_.emplace_back(p.info.name, p.info.shape[0], p.info.shape[1], static_cast<uint32_t>(i), seed);
     } else {
       adam_index_.push_back(i);
@@ -41,10 +46,11 @@ std::string RootOptimizer::name() const {
 }
 
 void RootOptimizer::check_layout(const ParameterSet& ps, const char* what) const {
-  FP4_CHECK(
-      static_cast<size_t>(ps.size()) == root_index_.size() + adam_index_.size() && ps.numel() == shard_.end,
-      name(), " ", what, ": built for ", root_index_.size() + adam_index_.size(), " parameters (", shard_.end,
-      " elements), given ", ps.size(), " (", ps.numel(), ")");
+  int64_t numel = 0;
+  for (const ParameterInfo& info : all_infos_) numel += info.numel();
+  FP4_CHECK(static_cast<size_t>(ps.size()) == all_infos_.size() && ps.numel() == numel, name(), " ", what,
+            ": built for ", all_infos_.size(), " parameters (", numel, " elements), given ", ps.size(), " (",
+            ps.numel(), ")");
 }
 
 void RootOptimizer::step(ParameterSet& ps, const StepHyper& h) {
@@ -57,7 +63,7 @@ void RootOptimizer::step(ParameterSet& ps, const StepHyper& h) {
     const float wd = ps.at(i).info.weight_decay ? h.weight_decay : 0.0f;
     last_info_[k] = roots_[k].step(ps.value(i), ps.grad(i), h.lr, wd, opt_);
   }
-  if (adam_index_.empty()) return;
+  // Stepped even when this rank holds no AdamW parameter, so that every rank counts the same steps.
   for (size_t k = 0; k < adam_index_.size(); ++k) {
     const int i = adam_index_[k], j = static_cast<int>(k);
     std::memcpy(adam_params_.value(j).data(), ps.value(i).data(), ps.value(i).size_bytes());
@@ -70,42 +76,73 @@ void RootOptimizer::step(ParameterSet& ps, const StepHyper& h) {
   }
 }
 
+// With data parallelism every rank holds the state of its own tensors only: the first moments (ROOT's
+// momentum or AdamW's m, one tensor each) and AdamW's second moments are placed at their flat offsets and
+// gathered, so that every rank returns the same full state (collective).
 std::vector<StateTensor> RootOptimizer::save_state(const ParameterSet& ps) const {
   check_layout(ps, "save_state");
+  std::vector<float> first(static_cast<size_t>(ps.numel()), 0.0f), second(first.size(), 0.0f);
+  for (size_t k = 0; k < roots_.size(); ++k)
+    std::copy(roots_[k].momentum().begin(), roots_[k].momentum().end(), first.begin() + root_offset_[k]);
+  const AdamW& adam = adam_->state();
+  for (size_t k = 0; k < adam_index_.size(); ++k) {
+    const Parameter& p = adam_params_.at(static_cast<int>(k));
+    const auto n = static_cast<size_t>(p.info.numel());
+    std::copy_n(adam.first_moment().begin() + p.offset, n, first.begin() + adam_offset_[k]);
+    std::copy_n(adam.second_moment().begin() + p.offset, n, second.begin() + adam_offset_[k]);
+  }
+  if (place_.comm) {
+    place_.comm->all_gather(first.data(), place_.shards);
+    place_.comm->all_gather(second.data(), place_.shards);
+  }
   std::vector<StateTensor> out;
-  for (size_t k = 0; k < roots_.size(); ++k) {
-    const ParameterInfo& info = ps.at(root_index_[k]).info;
-    out.push_back(f32_state_tensor(kRootMomentPrefix + info.name, info.shape, roots_[k].momentum()));
+  for (int i = 0; i < ps.size(); ++i) {
+    const Parameter& p = ps.at(i);
+    if (!root_eligible(p.info)) continue;
+    out.push_back(f32_state_tensor(kRootMomentPrefix + p.info.name, p.info.shape,
+                                   std::span<const float>(first).subspan(p.offset, p.info.numel())));
   }
   StateTensor step{kRootStepName, "I64", {1}, std::vector<uint8_t>(8)};
   std::memcpy(step.bytes.data(), &step_, 8);
   out.push_back(std::move(step));
-  for (auto& t : adam_->save_state(adam_params_)) out.push_back(std::move(t));
+  for (int i = 0; i < ps.size(); ++i) {  // AdamW's own layout, its parameters in ParameterSet order
+    const Parameter& p = ps.at(i);
+    if (root_eligible(p.info)) continue;
+    for (int k = 0; k < 2; ++k) {
+      const std::vector<float>& moment = k == 0 ? first : second;
+      out.push_back(f32_state_tensor(kAdamMomentPrefix[k] + p.info.name, p.info.shape,
+                                     std::span<const float>(moment).subspan(p.offset, p.info.numel())));
+    }
+  }
+  out.push_back(adam_step_tensor(adam_->step_count()));
   return out;
 }
 
+// Whatever world size wrote the state, this rank keeps the state of its own tensors.
 void RootOptimizer::load_state(const StateIndex& index, const ParameterSet& ps) {
   check_layout(ps, "load_state");
   FP4_CHECK(index.has(kRootStepName), "load_state: the state has no '", kRootStepName,
             "' (it was written by ", index.has("qadamw.step") ? "q-adamw" : "another optimizer",
             "), but this run's optimizer is ", name(),
             " (recipe field 'optimizer'); resume with the optimizer that wrote it");
-  // Check every tensor before changing anything.
+  // Check every tensor, of every rank's parameters, before changing anything.
   const StateTensor& step_t = index.require(kRootStepName, "I64", {1});
   int64_t step = 0;
   std::memcpy(&step, step_t.bytes.data(), 8);
   FP4_CHECK(step >= 0, "load_state: '", kRootStepName, "' is negative (", step, ")");
-  std::vector<const StateTensor*> moments;
-  for (size_t k = 0; k < roots_.size(); ++k) {
-    const ParameterInfo& info = ps.at(root_index_[k]).info;
-    moments.push_back(&index.require(kRootMomentPrefix + info.name, "F32", info.shape));
-  }
   std::vector<ParameterInfo> adam_infos;
-  for (int j = 0; j < adam_params_.size(); ++j) adam_infos.push_back(adam_params_.at(j).info);
+  for (const ParameterInfo& info : all_infos_) {
+    if (root_eligible(info))
+      (void)index.require(kRootMomentPrefix + info.name, "F32", info.shape);
+    else
+      adam_infos.push_back(info);
+  }
   (void)find_adam_state(index, adam_infos);  // throws naming the tensor at fault
   adam_->load_state(index, adam_params_);
   for (size_t k = 0; k < roots_.size(); ++k) {
-    std::memcpy(roots_[k].momentum().data(), moments[k]->bytes.data(), moments[k]->bytes.size());
+    const ParameterInfo& info = ps.at(root_index_[k]).info;
+    const StateTensor& m = index.require(kRootMomentPrefix + info.name, "F32", info.shape);
+    std::memcpy(roots_[k].momentum().data(), m.bytes.data(), m.bytes.size());
     roots_[k].set_step_count(step);
   }
   step_ = step;

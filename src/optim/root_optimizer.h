@@ -8,8 +8,9 @@
 // matrix, "root.step" (I64 [1]), and the AdamW part in AdamW's own layout ("adamw.m.<name>", "adamw.v.<name>"
 // for the AdamW parameters only, "adamw.step").
 //
-// Data parallelism is refused: NS needs each matrix's whole gradient, and the engines reduce-scatter
-// gradients to ZeRO-1 shards that cut matrices (see docs/OPTIMIZERS.md).
+// Data parallelism (ZeRO-1): NS needs each matrix's whole gradient, so every rank's shard must hold whole
+// tensors (dist/shard_plan.h's make_tensor_shard_plan; optimizer_needs_whole_tensors says which optimizers
+// need it). Each rank steps and keeps the state of its own tensors only; save_state gathers every rank's.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,7 @@ class RootOptimizer final : public Optimizer {
  public:
   // precision kFp32: "root"; kBf16: "root-bf16" (BF16 Newton-Schulz operands, Q-Root's fair baseline);
   // kNvfp4: "q-root" (NVFP4 Newton-Schulz operands). `opt.precision` is overwritten by `precision`. Throws
-  // fp4::Error when placed on more than one rank or when the options are out of range.
+  // fp4::Error when this rank's shard cuts a parameter or when the options are out of range.
   RootOptimizer(const ParameterSet& params, const OptimizerPlacement& place, uint64_t seed,
                 NsPrecision precision, RootOptions opt = {});
 
@@ -44,7 +45,7 @@ class RootOptimizer final : public Optimizer {
   void reset_moments(const std::vector<IndexRange>& ranges) override;
 
   const RootOptions& options() const { return opt_; }
-  // Names of the parameters ROOT updates, and of those AdamW updates, in ParameterSet order.
+  // Names of the parameters ROOT updates, and of those AdamW updates, in ParameterSet order (this rank's).
   std::vector<std::string> root_parameters() const;
   std::vector<std::string> adamw_parameters() const;
   // The last step's clipping statistics per ROOT matrix (in root_parameters() order).
@@ -54,7 +55,9 @@ class RootOptimizer final : public Optimizer {
   void check_layout(const ParameterSet& params, const char* what) const;
 
   RootOptions opt_;
+  OptimizerPlacement place_;
   IndexRange shard_;
+  std::vector<ParameterInfo> all_infos_;  // every rank's parameters, in ParameterSet order
   int64_t step_ = 0;
   std::vector<int> root_index_;       // ParameterSet index of each ROOT matrix
   std::vector<int64_t> root_offset_;  // flat-buffer offset of each ROOT matrix

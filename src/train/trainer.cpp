@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <exception>
@@ -8,6 +9,8 @@
 #include "dist/make_communicator.h"
 #include "dist/shard_plan.h"
 #include "model/cuda/cuda_engine.h"
+#include "optim/root.h"
+#include "recipe/optimizer_names.h"
 #include "recipe/recipe_io.h"
 #include "train/checkpoint.h"
 #include "train/data_setup.h"
@@ -65,12 +68,20 @@ Trainer::Trainer(RunConfig cfg, TrainerOptions options)
   }
 }
 
+// The ZeRO-1 plan. 128-element alignment puts every shard boundary on a tile of the quantized optimizer
+// states (q-adamw's 128-element tiles) as well as on AdamW's elements; ROOT's Newton-Schulz needs each matrix
+// whole, so its shards are runs of whole tensors balanced by each tensor's step work.
+ShardPlan Trainer::zero1_plan(const std::vector<ParameterInfo>& params, int world) const {
+  if (!optimizer_needs_whole_tensors(recipe_.optimizer)) return make_shard_plan(params, world, 128);
+  std::vector<double> costs;
+  for (const ParameterInfo& p : params) costs.push_back(root_step_cost(p, RootOptions{}.ns_steps));
+  return make_tensor_shard_plan(params, world, costs);
+}
+
 void Trainer::set_up_data_parallel(int64_t resume_step) {
   comm_ = make_communicator(dist_, cfg_.train.device == "cuda", [this](const std::string& l) { log(l); });
   const int world = comm_->world_size();
-  // 128-element alignment: a shard boundary then falls on a tile of the quantized optimizer states
-  // (q-adamw's 128-element tiles) as well as on AdamW's elements.
-  const ShardPlan plan = make_shard_plan(engine_->parameters(), world, 128);
+  const ShardPlan plan = zero1_plan(engine_->parameters(), world);
   DataParallel dp;
   dp.comm = comm_.get();
   for (const auto& r : plan.ranks) dp.shards.push_back({r.begin, r.end});
@@ -79,6 +90,9 @@ void Trainer::set_up_data_parallel(int64_t resume_step) {
   if (overlap) overlap->set_overlap(cfg_.dist.overlap);
   const std::string reduction = overlap && overlap->overlap() ? "gradient buckets reduced during the backward"
                                                               : "gradient buckets reduced after the backward";
+  int64_t smallest = plan.total, largest = 0;
+  for (const RankShard& r : plan.ranks)
+    smallest = std::min(smallest, r.size()), largest = std::max(largest, r.size());
   // Every rank must resume from the same checkpoint (a shared run directory).
   double steps[2] = {static_cast<double>(resume_step), static_cast<double>(resume_step) * resume_step};
   comm_->host_all_reduce_sum(steps, 2, CommType::kF64);
@@ -87,9 +101,9 @@ void Trainer::set_up_data_parallel(int64_t resume_step) {
             " in ", run_dir_.string(),
             " but other ranks found others: the ranks must share the run directory");
   log("data parallel: " + std::to_string(world) + " rank(s) over " + comm_->backend() +
-      ", ZeRO-1 shards of " + std::to_string(plan.ranks.front().size()) + ".." +
-      std::to_string(plan.ranks.back().size()) + " parameters, " + std::to_string(cfg_.data.batch) +
-      " rows per micro-batch split over the ranks, " + reduction);
+      ", ZeRO-1 shards of " + std::to_string(smallest) + ".." + std::to_string(largest) + " parameters" +
+      (plan.align == 1 ? " (whole tensors, for " + recipe_.optimizer + "'s Newton-Schulz), " : ", ") +
+      std::to_string(cfg_.data.batch) + " rows per micro-batch split over the ranks, " + reduction);
 }
 
 Batch Trainer::next_micro_batch() {

@@ -13,6 +13,7 @@
 #include "data/loader.h"
 #include "dist/communicator.h"
 #include "dist/dist_env.h"
+#include "dist/shard_plan.h"
 #include "model/engine.h"
 #include "recipe/recipe.h"
 #include "train/evaluate.h"
@@ -78,6 +79,7 @@ class Trainer {
  private:
   bool lead() const { return dist_.rank == 0; }
   void set_up_data_parallel(int64_t resume_step);
+  ShardPlan zero1_plan(const std::vector<ParameterInfo>& params, int world) const;
   Batch next_micro_batch();
   int agreed_stop_signal();  // collective with data parallelism
   void set_up();             // everything after the run dir is locked

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 
@@ -104,6 +105,78 @@ TEST(ShardPlan, RejectsBadArguments) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("bad"), std::string::npos);
   }
+}
+
+// The least sum of squared rank costs over every way to cut costs[0, n) into `ranks` contiguous runs.
+double brute_force_best(const std::vector<double>& costs, size_t from, int ranks) {
+  double rest = 0.0;
+  for (size_t t = from; t < costs.size(); ++t) rest += costs[t];
+  if (ranks == 1) return rest * rest;
+  double best = INFINITY, load = 0.0;
+  for (size_t end = from;; ++end) {  // this rank holds [from, end)
+    best = std::min(best, load * load + brute_force_best(costs, end, ranks - 1));
+    if (end == costs.size()) break;
+    load += costs[end];
+  }
+  return best;
+}
+
+// Whole-tensor shards (ROOT): contiguous, covering, every tensor on one rank, and the split the least sum of
+// squared rank costs, checked against every possible split.
+TEST(ShardPlan, TensorPlanKeepsTensorsWholeAndBalancesCosts) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_int_distribution<int> world_d(1, 5);
+  std::uniform_real_distribution<double> cost_d(0.0, 100.0);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<ParameterInfo> params;
+    for (const auto& p : random_params(rng))
+      if (p.numel() > 0 && params.size() < 8) params.push_back(p);
+    const int world = world_d(rng);
+    std::vector<double> costs;
+    for (size_t t = 0; t < params.size(); ++t) costs.push_back(trial % 5 == 0 && t % 2 ? 0.0 : cost_d(rng));
+    const ShardPlan plan = make_tensor_shard_plan(params, world, costs);
+    ASSERT_EQ(plan.ranks.size(), static_cast<size_t>(world));
+    EXPECT_EQ(plan.align, 1);
+    EXPECT_EQ(plan.ranks.front().begin, 0);
+    EXPECT_EQ(plan.ranks.back().end, plan.total);
+    double sum_sq = 0.0;
+    for (int r = 0; r < world; ++r) {
+      const RankShard& s = plan.ranks[static_cast<size_t>(r)];
+      if (r > 0) {
+        EXPECT_EQ(s.begin, plan.ranks[static_cast<size_t>(r - 1)].end);
+      }
+      double load = 0.0;
+      for (const ShardPiece& piece : s.pieces) {
+        const size_t t = static_cast<size_t>(std::find(plan.names.begin(), plan.names.end(), piece.tensor) -
+                                             plan.names.begin());
+        EXPECT_EQ(piece.tensor_offset, 0) << piece.tensor << " is cut";
+        EXPECT_EQ(piece.length, params[t].numel()) << piece.tensor << " is cut";
+        load += costs[t];
+      }
+      sum_sq += load * load;
+    }
+    const double best = brute_force_best(costs, 0, world);
+    EXPECT_LE(sum_sq, best * (1 + 1e-12) + 1e-9)
+        << "trial " << trial << ": " << params.size() << " tensors, " << world << " ranks";
+  }
+  // Two equal matrices and a small vector over 2 ranks: one matrix each.
+  const std::vector<ParameterInfo> three = {{"a", {64, 64}, true}, {"b", {8}, false}, {"c", {64, 64}, true}};
+  const std::vector<double> c3 = {100.0, 1.0, 100.0};
+  const ShardPlan two = make_tensor_shard_plan(three, 2, c3);
+  EXPECT_TRUE((two.ranks[0].end == 4096) || (two.ranks[0].end == 4104));
+  // More ranks than tensors: the extra ranks are empty, every tensor still whole.
+  const ShardPlan five = make_tensor_shard_plan(three, 5, c3);
+  int nonempty = 0;
+  for (const auto& r : five.ranks) nonempty += r.size() > 0;
+  EXPECT_EQ(nonempty, 3);
+}
+
+TEST(ShardPlan, TensorPlanRejectsBadCosts) {
+  const std::vector<ParameterInfo> params = {{"a", {4, 4}, true}, {"b", {4}, false}};
+  EXPECT_THROW(make_tensor_shard_plan(params, 2, std::vector<double>{1.0}), Error);
+  EXPECT_THROW(make_tensor_shard_plan(params, 2, std::vector<double>{1.0, -1.0}), Error);
+  EXPECT_THROW(make_tensor_shard_plan(params, 2, std::vector<double>{1.0, NAN}), Error);
+  EXPECT_THROW(make_tensor_shard_plan(params, 0, std::vector<double>{1.0, 1.0}), Error);
 }
 
 TEST(ShardPlan, ReshardRoundTripIsExact) {

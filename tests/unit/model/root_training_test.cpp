@@ -1,6 +1,7 @@
 // The CPU engine with optimizer = "root" / "root-bf16" / "q-root": the tiny model trains (loss goes down), a
 // saved run resumes bit for bit in an engine built from another seed, the engine's parameters are routed as
-// root_eligible says, data parallelism and bad names are refused with messages naming the field.
+// root_eligible says, whole-tensor ZeRO-1 shards step as one rank, shards that cut a matrix and bad names are
+// refused with messages naming the parameter or the field.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -98,24 +99,69 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, RootEngine,
                          ::testing::Values("optimizer=root", "optimizer=root-bf16", "optimizer=q-root"),
                          test_name);
 
-TEST(RootEngineRefusals, DataParallelIsRefused) {
+// ZeRO-1 shards of whole tensors (the trainer's plan for ROOT, balanced by root_step_cost): two ranks fed
+// the same batch sum to one rank's gradient exactly, so every ROOT matrix and AdamW parameter steps as in
+// one rank, bit for bit. A 128-element plan, which cuts matrices, is refused naming the parameter.
+TEST(RootEngine, WholeTensorShardsMatchOneRank) {
+  for (const char* optimizer : {"optimizer=root", "optimizer=root-bf16", "optimizer=q-root"}) {
+    SCOPED_TRACE(optimizer);
+    const uint32_t seed = logged_seed();
+    const ModelConfig cfg = model_preset("tiny");
+    const Recipe recipe = load_recipe("bf16", {optimizer});
+    const Batch batch = random_token_batch(cfg, 2, 32, seed);
+    auto one = make_cpu_engine(cfg, recipe, seed);
+    train_on(*one, batch, 3, nullptr);
+    std::vector<float> rank0;
+    std::string failure;
+    std::mutex mu;
+    test::run_threads(2, [&](Communicator& comm) {
+      try {
+        auto e = make_cpu_engine(cfg, recipe, seed);
+        std::vector<double> costs;
+        for (const auto& p : e->parameters()) costs.push_back(root_step_cost(p, RootOptions{}.ns_steps));
+        const ShardPlan plan = make_tensor_shard_plan(e->parameters(), 2, costs);
+        EXPECT_GT(plan.ranks[0].size(), 0);
+        EXPECT_GT(plan.ranks[1].size(), 0);
+        DataParallel dp{&comm, {}};
+        for (const auto& r : plan.ranks) dp.shards.push_back({r.begin, r.end});
+        e->set_data_parallel(dp);
+        train_on(*e, batch, 3, nullptr);
+        if (comm.rank() == 0) rank0 = all_parameters(*e);
+      } catch (const Error& err) {
+        const std::lock_guard<std::mutex> lock(mu);
+        failure = err.what();
+      }
+    });
+    ASSERT_TRUE(failure.empty()) << failure;
+    EXPECT_EQ(rank0, all_parameters(*one));
+  }
+}
+
+TEST(RootEngineRefusals, ShardsThatCutAMatrixAreRefused) {
   const ModelConfig cfg = model_preset("tiny");
   const Recipe recipe = load_recipe("bf16", {"optimizer=root"});
   std::vector<std::string> msgs(2);
+  std::string first;  // the matrix the boundary cuts
   test::run_threads(2, [&](Communicator& comm) {
     try {
       auto e = make_cpu_engine(cfg, recipe, 3);
-      const ShardPlan plan = make_shard_plan(e->parameters(), 2, 128);
-      DataParallel dp{&comm, {}};
-      for (const auto& r : plan.ranks) dp.shards.push_back({r.begin, r.end});
+      // A boundary 64 elements into the first ROOT matrix (as an element-granular plan can put it).
+      int64_t offset = 0, cut = -1;
+      for (const auto& p : e->parameters()) {
+        if (cut < 0 && root_eligible(p)) cut = offset + 64, first = p.name;
+        offset += p.numel();
+      }
+      DataParallel dp{&comm, {{0, cut}, {cut, offset}}};
       e->set_data_parallel(dp);
     } catch (const Error& err) {
       msgs[static_cast<size_t>(comm.rank())] = err.what();
     }
   });
+  ASSERT_FALSE(first.empty());
   for (const auto& m : msgs) {
-    EXPECT_THAT(m, HasSubstr("data parallelism"));
-    EXPECT_THAT(m, HasSubstr("optimizer"));
+    EXPECT_THAT(m, HasSubstr("cuts parameter " + first));
+    EXPECT_THAT(m, HasSubstr("optimizer 'root'"));
+    EXPECT_THAT(m, HasSubstr("whole tensors"));
   }
 }
 

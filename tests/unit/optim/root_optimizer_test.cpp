@@ -1,12 +1,14 @@
 // RootOptimizer ("root", "q-root"): routing by root_eligible, each ROOT matrix stepped exactly as
 // root_step with the StepHyper's lr / weight decay, the rest exactly as AdamW, save/load bit for bit,
-// and clear refusals (data parallelism, bad hyper-parameters, another optimizer's state).
+// whole-tensor ZeRO-1 shards equal to one process, and clear refusals (a shard cutting a tensor, bad
+// hyper-parameters, another optimizer's state).
 #include "optim/root_optimizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <mutex>
 #include <random>
 
 #include "core/error.h"
@@ -198,13 +200,98 @@ TEST(RootOptimizer, BadStatesAreRefusedBeforeAnyChange) {
   }
 }
 
-TEST(RootOptimizer, RefusesDataParallelismAndBadHyper) {
+// Shards of whole tensors: rank q holds the tensors [first[q], first[q + 1]) of ps (first.back() = size).
+std::vector<IndexRange> tensor_shards(const ParameterSet& ps, const std::vector<int>& first) {
+  std::vector<IndexRange> out;
+  const auto at = [&](int t) { return t < ps.size() ? ps.at(t).offset : ps.numel(); };
+  for (size_t q = 0; q + 1 < first.size(); ++q) out.push_back({at(first[q]), at(first[q + 1])});
+  return out;
+}
+
+struct ShardedRun {
+  std::vector<float> values;
+  std::vector<StateTensor> state;  // rank 0's gathered state (every rank's must be the same)
+};
+
+// `steps` steps from ps's values (and `from`, if given) on len(first) - 1 thread ranks, each stepping its
+// own tensors, then the values gathered as the engines do; gradients are drawn from (seed, step).
+ShardedRun run_sharded(const ParameterSet& ps0, NsPrecision prec, uint64_t seed,
+                       const std::vector<int>& first, int first_step, int steps,
+                       const std::vector<StateTensor>* from) {
+  const int world = static_cast<int>(first.size()) - 1;
+  ShardedRun out;
+  std::vector<std::vector<uint8_t>> rank_states(static_cast<size_t>(world));
+  std::string failure;
+  std::mutex mu;
+  test::run_threads(world, [&](Communicator& comm) {
+    try {
+      ParameterSet ps = ps0;
+      const std::vector<IndexRange> shards = tensor_shards(ps, first);
+      RootOptimizer opt(ps, OptimizerPlacement{&comm, shards}, seed, prec);
+      if (from) opt.load_state(StateIndex(*from), ps);
+      for (int s = first_step; s < first_step + steps; ++s) {
+        auto rng = std::mt19937_64(seed + 1000 + static_cast<uint64_t>(s));
+        new_grads(ps, rng);
+        opt.step(ps, hyper());
+        comm.all_gather(ps.values().data(), shards);
+      }
+      std::vector<StateTensor> st = opt.save_state(ps);
+      std::vector<uint8_t> bytes;
+      for (const auto& t : st) bytes.insert(bytes.end(), t.bytes.begin(), t.bytes.end());
+      const std::lock_guard<std::mutex> lock(mu);
+      rank_states[static_cast<size_t>(comm.rank())] = std::move(bytes);
+      if (comm.rank() == 0) {
+        out.values.assign(ps.values().begin(), ps.values().end());
+        for (int i = 0; i < ps.size(); ++i)
+          out.state.push_back(f32_state_tensor(ps.at(i).info.name, ps.at(i).info.shape, ps.value(i)));
+        for (auto& t : st) out.state.push_back(std::move(t));
+      }
+    } catch (const Error& e) {
+      const std::lock_guard<std::mutex> lock(mu);
+      failure = e.what();
+    }
+  });
+  if (!failure.empty()) ADD_FAILURE() << failure;
+  for (int q = 1; q < world; ++q)
+    EXPECT_EQ(rank_states[static_cast<size_t>(q)], rank_states[0]) << "rank " << q;
+  return out;
+}
+
+// ROOT under ZeRO-1 with whole-tensor shards: every rank steps its own tensors exactly as one process does
+// (the host communicator's sums are exact here, the gradients being given), so 1, 2, 3 and 8 ranks (some of
+// them empty) give the same values and the same saved state bit for bit, and a state saved by 3 ranks resumes
+// on 2 and on 1 as the uninterrupted run.
+TEST(RootOptimizer, WholeTensorShardsMatchOneRankAndResumeOnOtherWorldSizes) {
+  for (const NsPrecision prec : {NsPrecision::kFp32, NsPrecision::kBf16, NsPrecision::kNvfp4}) {
+    SCOPED_TRACE(root_optimizer_name(prec));
+    const uint64_t seed = fresh_seed();
+    auto rng = std::mt19937_64(seed);
+    const ParameterSet ps = make_params(rng);  // 7 tensors
+    const ShardedRun one = run_sharded(ps, prec, seed, {0, 7}, 0, 4, nullptr);
+    const auto same = [&](const ShardedRun& r, const char* what) {
+      EXPECT_EQ(r.values, one.values) << what;
+      ASSERT_EQ(r.state.size(), one.state.size()) << what;
+      for (size_t i = 0; i < r.state.size(); ++i)
+        EXPECT_EQ(r.state[i].bytes, one.state[i].bytes) << what << ": " << r.state[i].name;
+    };
+    same(run_sharded(ps, prec, seed, {0, 3, 7}, 0, 4, nullptr), "2 ranks");
+    same(run_sharded(ps, prec, seed, {0, 2, 5, 7}, 0, 4, nullptr), "3 ranks");
+    same(run_sharded(ps, prec, seed, {0, 1, 1, 2, 3, 4, 5, 7, 7}, 0, 4, nullptr), "8 ranks, two empty");
+    const ShardedRun half = run_sharded(ps, prec, seed, {0, 2, 5, 7}, 0, 2, nullptr);
+    ParameterSet mid = ps;
+    std::copy(half.values.begin(), half.values.end(), mid.values().begin());
+    same(run_sharded(mid, prec, seed, {0, 4, 7}, 2, 2, &half.state), "3 ranks, resumed on 2");
+    same(run_sharded(mid, prec, seed, {0, 7}, 2, 2, &half.state), "3 ranks, resumed on 1");
+  }
+}
+
+TEST(RootOptimizer, RefusesShardsThatCutATensorAndBadHyper) {
   auto rng = std::mt19937_64(fresh_seed());
   ParameterSet ps = make_params(rng);
   std::vector<std::string> msgs(2);
+  const int64_t cut = ps.at(1).offset + 5;  // inside blocks.0.attn.wqkv
   test::run_threads(2, [&](Communicator& comm) {
-    const int64_t half = ps.numel() / 2;
-    OptimizerPlacement place{&comm, {{0, half}, {half, ps.numel()}}};
+    OptimizerPlacement place{&comm, {{0, cut}, {cut, ps.numel()}}};
     try {
       RootOptimizer opt(ps, place, 1, NsPrecision::kFp32);
     } catch (const Error& e) {
@@ -212,8 +299,9 @@ TEST(RootOptimizer, RefusesDataParallelismAndBadHyper) {
     }
   });
   for (const auto& m : msgs) {
-    EXPECT_THAT(m, HasSubstr("data parallelism"));
+    EXPECT_THAT(m, HasSubstr("cuts parameter blocks.0.attn.wqkv"));
     EXPECT_THAT(m, HasSubstr("optimizer 'root'"));
+    EXPECT_THAT(m, HasSubstr("whole tensors"));
   }
   RootOptions bad;
   bad.clip_quantile = 1.5;
