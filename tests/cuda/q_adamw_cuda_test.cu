@@ -220,7 +220,7 @@ TEST(CudaQAdamWEngine, TrainsAndItsStateMovesToTheCpuQAdamWAndBack) {
   // ... loads into the CPU QAdamW (step and seed included) and back into a fresh CUDA engine of the same
   // seed (the recipe's backward SR draws from it).
   testing::expect_state_moves_to_the_cpu_and_back(*gpu, *cpu, make_cuda_engine(cfg, recipe, seed), saved,
-                                                  pool[0], h);
+                                                  pool[0], h, "recipe field 'optimizer'");
 }
 
 }  // namespace

@@ -13,12 +13,14 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <mutex>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "dist/shard_plan.h"
 #include "model/config.h"
 #include "model/cpu_engine.h"
 #include "model/cuda/cuda_engine.h"
@@ -31,6 +33,7 @@
 #include "optim/root_optimizer.h"
 #include "optimizer_test_util.h"
 #include "recipe/recipe_io.h"
+#include "staged_thread_comm.h"
 
 namespace fp4 {
 namespace {
@@ -444,6 +447,144 @@ TEST_P(CudaQRootTrace, EveryNsStepIsTheCpuArithmeticOnTheDevicesOperands) {
 INSTANTIATE_TEST_SUITE_P(Roundings, CudaQRootTrace, ::testing::Values(Rounding::kRtn, Rounding::kSr),
                          [](const auto& info) { return info.param == Rounding::kSr ? "sr" : "rtn"; });
 
+// DeviceRoot on ZeRO-1 shards of whole tensors, 2 and 3 ranks as threads of one process on one GPU (a
+// host-staged device communicator): every rank gets the same gradients (as after the engines'
+// reduce-scatter) and steps only its own tensors; after the values are gathered, every parameter equals one
+// process's DeviceRoot bit for bit, and so does the state every rank saves (each tensor broadcast from its
+// owner). The state of 3 ranks then loads into 2 ranks, whose next step is the single process's.
+class CudaRootShards : public ::testing::TestWithParam<NsPrecision> {};
+
+TEST_P(CudaRootShards, WholeTensorShardsOnThreadRanksMatchOneProcess) {
+  const NsPrecision prec = GetParam();
+  const uint64_t seed = fresh_seed();
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  const ParameterSet ps0 = make_params(rng);  // 9 tensors
+  const auto grads_of_step = [&](int step) {
+    ParameterSet g = ps0;
+    std::mt19937 r(static_cast<uint32_t>(seed) + 7919u * static_cast<uint32_t>(step));
+    fill_grads(g, r);
+    return std::vector<float>(g.grads().begin(), g.grads().end());
+  };
+  const auto shards_at = [&](const std::vector<int>& first) {
+    std::vector<IndexRange> out;
+    const auto at = [&](int t) { return t < ps0.size() ? ps0.at(t).offset : ps0.numel(); };
+    for (size_t q = 0; q + 1 < first.size(); ++q) out.push_back({at(first[q]), at(first[q + 1])});
+    return out;
+  };
+  const StepHyper h = hyper();
+
+  // One process: steps 1-4, the state after step 3 kept.
+  cuda::DeviceParams dp1(ps0, nullptr);
+  cuda::DeviceRoot one(dp1, nullptr, seed, prec);
+  std::vector<std::vector<float>> values_after(5);
+  std::vector<StateTensor> state3, state4;
+  std::vector<double> norms(5);
+  for (int step = 1; step <= 4; ++step) {
+    const std::vector<float> g = grads_of_step(step);
+    cuda::copy_to_device(dp1.grads(), g.data(), g.size() * sizeof(float), nullptr);
+    one.queue_step(dp1, h, nullptr);
+    std::vector<double> sumsq;
+    norms[static_cast<size_t>(step)] = one.read_control(sumsq).grad_norm;
+    one.commit_step();
+    values_after[static_cast<size_t>(step)].resize(static_cast<size_t>(dp1.numel()));
+    cuda::copy_to_host(values_after[static_cast<size_t>(step)].data(), dp1.values(),
+                       dp1.numel() * sizeof(float), nullptr);
+    if (step == 3) state3 = one.save_state(dp1);
+  }
+  state4 = one.save_state(dp1);
+
+  // `world` ranks over shards `first`, from `start` (values and, if given, a state) for steps [from, to].
+  const auto run = [&](const std::vector<int>& first, const std::vector<float>& start,
+                       const std::vector<StateTensor>* state, int from, int to, const std::string& what) {
+    const std::vector<IndexRange> shards = shards_at(first);
+    const int world = static_cast<int>(shards.size());
+    std::vector<std::vector<StateTensor>> saved(static_cast<size_t>(world));
+    std::vector<std::vector<float>> values(static_cast<size_t>(world));
+    std::string failure;
+    std::mutex mu;
+    test::run_staged_threads(world, [&](Communicator& comm) {
+      try {
+        ParameterSet ps = ps0;
+        std::copy(start.begin(), start.end(), ps.values().begin());
+        cuda::DeviceParams dp(ps, nullptr);
+        cuda::DeviceRoot gpu(dp, nullptr, seed, prec);
+        gpu.set_shard(dp, shards, &comm);
+        EXPECT_EQ(gpu.shard().begin, shards[static_cast<size_t>(comm.rank())].begin);
+        if (state) {
+          std::vector<StateTensor> with_values;
+          for (int i = 0; i < ps.size(); ++i)
+            with_values.push_back(f32_state_tensor(ps.at(i).info.name, ps.at(i).info.shape, ps.value(i)));
+          with_values.insert(with_values.end(), state->begin(), state->end());
+          gpu.load_state(StateIndex(with_values), dp);
+        }
+        for (int step = from; step <= to; ++step) {
+          const std::vector<float> g = grads_of_step(step);
+          cuda::copy_to_device(dp.grads(), g.data(), g.size() * sizeof(float), nullptr);
+          gpu.queue_step(dp, h, nullptr);
+          std::vector<double> sumsq;
+          const cuda::StepControl ctl = gpu.read_control(sumsq);
+          EXPECT_EQ(ctl.skip, 0) << what << ", step " << step;
+          EXPECT_NEAR(ctl.grad_norm, norms[static_cast<size_t>(step)],
+                      1e-12 * norms[static_cast<size_t>(step)])
+              << what << ", step " << step << ": the job's norm";
+          gpu.commit_step();
+          comm.all_gather(dp.values(), shards, nullptr);
+        }
+        std::vector<float> v(static_cast<size_t>(dp.numel()));
+        cuda::copy_to_host(v.data(), dp.values(), v.size() * sizeof(float), nullptr);
+        std::vector<StateTensor> st = gpu.save_state(dp);  // collective
+        const std::lock_guard<std::mutex> lock(mu);
+        values[static_cast<size_t>(comm.rank())] = std::move(v);
+        saved[static_cast<size_t>(comm.rank())] = std::move(st);
+      } catch (const Error& e) {
+        const std::lock_guard<std::mutex> lock(mu);
+        failure = e.what();
+      }
+    });
+    EXPECT_EQ(failure, "") << what;
+    const std::vector<StateTensor>& want_state = to == 3 ? state3 : state4;
+    for (int q = 0; q < world; ++q) {
+      const std::string who = what + ", rank " + std::to_string(q);
+      expect_same_floats(values_after[static_cast<size_t>(to)], values[static_cast<size_t>(q)],
+                         who + ": values");
+      expect_same_state(want_state, saved[static_cast<size_t>(q)], who + ": saved state");
+    }
+    return saved.empty() ? std::vector<StateTensor>{} : saved[0];
+  };
+  const std::vector<float> start(ps0.values().begin(), ps0.values().end());
+  run({0, 4, 9}, start, nullptr, 1, 3, "2 ranks");
+  const std::vector<StateTensor> from3 = run({0, 2, 6, 9}, start, nullptr, 1, 3, "3 ranks");
+  run({0, 5, 9}, values_after[3], &from3, 4, 4, "3 ranks' state resumed on 2");
+}
+
+TEST(CudaRootShardsRefusals, AShardThatCutsATensorIsRefused) {
+  std::mt19937 rng(5);
+  const ParameterSet ps = make_params(rng);
+  const int64_t cut = ps.at(ps.require("wide")).offset + 16;
+  std::vector<std::string> msgs(2);
+  test::run_staged_threads(2, [&](Communicator& comm) {
+    try {
+      cuda::DeviceParams dp(ps, nullptr);
+      cuda::DeviceRoot gpu(dp, nullptr, 1, NsPrecision::kFp32);
+      gpu.set_shard(dp, {{0, cut}, {cut, ps.numel()}}, &comm);
+    } catch (const Error& e) {
+      msgs[static_cast<size_t>(comm.rank())] = e.what();
+    }
+  });
+  for (const std::string& m : msgs) {
+    EXPECT_NE(m.find("cuts parameter wide"), std::string::npos) << m;
+    EXPECT_NE(m.find("whole tensors"), std::string::npos) << m;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaRootShards,
+                         ::testing::Values(NsPrecision::kFp32, NsPrecision::kBf16, NsPrecision::kNvfp4),
+                         [](const auto& info) {
+                           return root_optimizer_name(info.param) == "root-bf16" ? std::string("root_bf16")
+                                  : root_optimizer_name(info.param) == "q-root"  ? std::string("q_root")
+                                                                                 : std::string("root");
+                         });
+
 // Everything an optimizer holds, for "nothing changed" checks.
 struct Snapshot {
   std::vector<std::vector<float>> values;
@@ -590,9 +731,72 @@ TEST_P(CudaRootEngine, TrainsAndItsStateMovesToTheCpuEngineAndBack) {
     has_root = has_root || saved[t].name.rfind(kRootMomentPrefix, 0) == 0;
   }
   EXPECT_TRUE(has_root);
-  // ... loads into the CPU engine's RootOptimizer and back into a fresh CUDA engine.
+  // ... loads into the CPU engine's RootOptimizer and back into a fresh CUDA engine. (Data parallelism is
+  // not refused by name any more: ROOT shards whole tensors; without a communicator it is refused.)
   testing::expect_state_moves_to_the_cpu_and_back(*gpu, *cpu, make_cuda_engine(cfg, recipe, seed), saved,
-                                                  pool[0], h);
+                                                  pool[0], h, "device communicator");
+}
+
+// The CUDA engine with ROOT data-parallel on the trainer's plan (whole tensors, balanced by root_step_cost):
+// two ranks as threads on one GPU (host-staged communicator, reductions not overlapped), each fed the same
+// micro-batch, so each rank's gradient is half the single engine's and their sum is its gradient exactly;
+// after 3 steps every parameter equals the single engine's bit for bit, and the gathered checkpoint is its
+// checkpoint.
+TEST(CudaRootEngineShards, TwoThreadRanksOnTheTrainersPlanMatchOneEngine) {
+  for (const char* optimizer : {"root", "q-root"}) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE(std::string(optimizer) + ", seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const ModelConfig cfg = model_preset("tiny");
+    const Recipe recipe = load_recipe("bf16", {std::string("optimizer=") + optimizer});
+    const Batch batch = random_batch(rng, cfg, 2, 64);
+    StepHyper h;
+    h.lr = 3e-3f;
+    auto one = make_cuda_engine(cfg, recipe, seed);
+    for (int step = 0; step < 3; ++step) one->train_step({&batch, 1}, h);
+    const auto values_of = [](TrainingEngine& e) {
+      std::vector<float> out;
+      for (const auto& p : e.parameters()) {
+        std::vector<float> v(static_cast<size_t>(p.numel()));
+        e.read_parameter(p.name, v);
+        out.insert(out.end(), v.begin(), v.end());
+      }
+      return out;
+    };
+    const std::vector<float> want = values_of(*one);
+    const std::vector<StateTensor> want_state = one->save_state();
+    std::vector<std::vector<float>> got(2);
+    std::vector<std::vector<StateTensor>> got_state(2);
+    std::string failure;
+    std::mutex mu;
+    test::run_staged_threads(2, [&](Communicator& comm) {
+      try {
+        auto e = make_cuda_engine(cfg, recipe, seed);
+        std::vector<double> costs;
+        for (const auto& p : e->parameters()) costs.push_back(root_step_cost(p, RootOptions{}.ns_steps));
+        const ShardPlan plan = make_tensor_shard_plan(e->parameters(), 2, costs);
+        DataParallel dp{&comm, {}};
+        for (const auto& r : plan.ranks) dp.shards.push_back({r.begin, r.end});
+        e->set_data_parallel(dp);
+        dynamic_cast<GradientOverlap&>(*e).set_overlap(false);
+        for (int step = 0; step < 3; ++step) e->train_step({&batch, 1}, h);
+        std::vector<float> v = values_of(*e);
+        std::vector<StateTensor> st = e->save_state();  // collective
+        const std::lock_guard<std::mutex> lock(mu);
+        got[static_cast<size_t>(comm.rank())] = std::move(v);
+        got_state[static_cast<size_t>(comm.rank())] = std::move(st);
+      } catch (const Error& err) {
+        const std::lock_guard<std::mutex> lock(mu);
+        failure = err.what();
+      }
+    });
+    ASSERT_EQ(failure, "");
+    for (int q = 0; q < 2; ++q) {
+      expect_same_floats(want, got[static_cast<size_t>(q)], "rank " + std::to_string(q) + ": parameters");
+      expect_same_state(want_state, got_state[static_cast<size_t>(q)],
+                        "rank " + std::to_string(q) + ": state");
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -24,7 +24,8 @@ namespace fp4 {
 // run through the NVFP4 CUDA layer (nn/cuda/quant_linear_cuda.h) with the CPU engine's random streams.
 // Throws fp4::Error for an invalid config, a missing device, or a recipe this engine cannot run (a
 // policy the NVFP4 CUDA layer refuses, an optimizer other than adamw, q-adamw, root, root-bf16 or q-root;
-// q-adamw, root, root-bf16 and q-root with data parallelism are refused by set_data_parallel).
+// q-adamw with data parallelism is refused by set_data_parallel; root, root-bf16 and q-root need shards of
+// whole tensors there).
 std::unique_ptr<TrainingEngine> make_cuda_engine(const ModelConfig& cfg, const Recipe& recipe, uint64_t seed,
                                                  int device = 0);
 

@@ -77,6 +77,27 @@ __global__ void adamw_kernel(float* __restrict__ values, float* __restrict__ m, 
   }
 }
 
+// scalars[0] = sum of this rank's piece sums (fixed order), scalars[1] = its non-finite flag.
+__global__ void local_norm_kernel(const double* piece_sumsq, int n_pieces, const StepControl* control,
+                                  double* scalars) {
+  double s = 0;
+  for (int i = 0; i < n_pieces; ++i) s += piece_sumsq[i];
+  scalars[0] = s;
+  scalars[1] = control->skip ? 1.0 : 0.0;
+}
+
+// clip_grad_norm's rule over the ranks' summed squares (grad_norm_and_clip's, for a sharded step).
+__global__ void global_control_kernel(const double* scalars, float max_norm, StepControl* control) {
+  const double norm = sqrt(scalars[0]);
+  control->grad_norm = norm;
+  control->clip_coef = 1.0f;
+  if (max_norm > 0.0f) {
+    const double coef = static_cast<double>(max_norm) / (norm + 1e-6);
+    if (coef < 1.0) control->clip_coef = static_cast<float>(coef);
+  }
+  control->skip = scalars[1] > 0 || !isfinite(norm) ? 1 : 0;
+}
+
 }  // namespace
 
 std::vector<ParamChunk> make_param_chunks(const std::vector<int64_t>& offsets,
@@ -110,6 +131,15 @@ void grad_norm_and_clip(const float* grads, const ParamChunk* chunks, int n_chun
   norm_clip_kernel<<<1, kThreads, 0, stream>>>(chunk_partials, first_chunk, n_params, param_sumsq, loss_sums,
                                                max_norm, control);
   FP4_CUDA_CHECK_LAUNCH("norm_clip_kernel");
+}
+
+void all_reduce_norm_and_clip(const double* param_sumsq, int n_params, double* scalars, float max_norm,
+                              StepControl* control, Communicator& comm, cudaStream_t stream) {
+  local_norm_kernel<<<1, 1, 0, stream>>>(param_sumsq, n_params, control, scalars);
+  FP4_CUDA_CHECK_LAUNCH("local_norm_kernel");
+  comm.all_reduce_sum(scalars, 2, CommType::kF64, stream);
+  global_control_kernel<<<1, 1, 0, stream>>>(scalars, max_norm, control);
+  FP4_CUDA_CHECK_LAUNCH("global_control_kernel");
 }
 
 void adamw_step(float* values, float* m, float* v, const float* grads, bf16* values_bf16,

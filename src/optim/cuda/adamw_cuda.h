@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/communicator.h"
 #include "ops/ops.h"
 
 namespace fp4::cuda {
@@ -44,6 +45,12 @@ struct StepControl {
 void grad_norm_and_clip(const float* grads, const ParamChunk* chunks, int n_chunks,
                         const int32_t* first_chunk, int n_params, double* chunk_partials, double* param_sumsq,
                         const double* loss_sums, float max_norm, StepControl* control, cudaStream_t stream);
+
+// With data parallelism, after grad_norm_and_clip over this rank's parameters (max_norm 0): the sum of its
+// param_sumsq[0, n_params) and its non-finite flag are summed over the ranks through comm (scalars: 2
+// doubles of device scratch), then clip_grad_norm's rule on the job's norm is written to control.
+void all_reduce_norm_and_clip(const double* param_sumsq, int n_params, double* scalars, float max_norm,
+                              StepControl* control, Communicator& comm, cudaStream_t stream);
 
 // AdamW over every chunk with g = grad * control->clip_coef (no-op when control->skip). Parameters with
 // decay_flags[p] == 0 get weight_decay 0. values_bf16 (may be null) receives the updated weights in BF16.

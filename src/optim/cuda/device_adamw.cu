@@ -7,31 +7,6 @@
 
 namespace fp4::cuda {
 
-namespace {
-
-// scalars[0] = sum of this rank's piece sums (fixed order), scalars[1] = its non-finite flag.
-__global__ void local_norm_kernel(const double* piece_sumsq, int n_pieces, const StepControl* control,
-                                  double* scalars) {
-  double s = 0;
-  for (int i = 0; i < n_pieces; ++i) s += piece_sumsq[i];
-  scalars[0] = s;
-  scalars[1] = control->skip ? 1.0 : 0.0;
-}
-
-// clip_grad_norm's rule over the ranks' summed squares (grad_norm_and_clip's, for a sharded step).
-__global__ void global_control_kernel(const double* scalars, float max_norm, StepControl* control) {
-  const double norm = sqrt(scalars[0]);
-  control->grad_norm = norm;
-  control->clip_coef = 1.0f;
-  if (max_norm > 0.0f) {
-    const double coef = static_cast<double>(max_norm) / (norm + 1e-6);
-    if (coef < 1.0) control->clip_coef = static_cast<float>(coef);
-  }
-  control->skip = scalars[1] > 0 || !isfinite(norm) ? 1 : 0;
-}
-
-}  // namespace
-
 DeviceAdamW::DeviceAdamW(const DeviceParams& params, cudaStream_t stream)
     : stream_(stream), control_(1), shard_{0, params.numel()} {
   build(params);
@@ -97,12 +72,8 @@ void DeviceAdamW::queue_step(DeviceParams& params, const StepHyper& h, const dou
     grad_norm_and_clip(params.grads() + b, chunks_.data(), n_chunks_, first_chunk_.data(), n_params_,
                        chunk_partials_.data(), param_sumsq_.data(), loss_sums, 0.0f, control_.data(),
                        stream_);
-    local_norm_kernel<<<1, 1, 0, stream_>>>(param_sumsq_.data(), n_params_, control_.data(),
-                                            dp_scalars_.data());
-    FP4_CUDA_CHECK(cudaGetLastError());
-    comm_->all_reduce_sum(dp_scalars_.data(), 2, CommType::kF64, stream_);
-    global_control_kernel<<<1, 1, 0, stream_>>>(dp_scalars_.data(), h.grad_clip, control_.data());
-    FP4_CUDA_CHECK(cudaGetLastError());
+    all_reduce_norm_and_clip(param_sumsq_.data(), n_params_, dp_scalars_.data(), h.grad_clip, control_.data(),
+                             *comm_, stream_);
   } else {
     grad_norm_and_clip(params.grads(), chunks_.data(), n_chunks_, first_chunk_.data(), n_params_,
                        chunk_partials_.data(), param_sumsq_.data(), loss_sums, h.grad_clip, control_.data(),

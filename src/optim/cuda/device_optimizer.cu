@@ -141,12 +141,12 @@ class QAdamWOnDevice final : public DeviceOptimizer {
   DeviceQAdamW qadam_;
 };
 
-// ROOT / Q-Root: ROOT for the hidden matrices, AdamW for the rest, one process (tensors of the CPU
-// RootOptimizer).
+// ROOT / Q-Root: ROOT for the hidden matrices, AdamW for the rest (tensors of the CPU RootOptimizer), on one
+// process or on whole-tensor ZeRO-1 shards.
 class RootOnDevice final : public DeviceOptimizer {
  public:
   RootOnDevice(const DeviceParams& params, cudaStream_t stream, uint64_t seed, NsPrecision precision)
-      : numel_(params.numel()), root_(params, stream, seed, precision) {}
+      : root_(params, stream, seed, precision) {}
 
   std::string name() const override { return root_.name(); }
   void queue_step(DeviceParams& params, const StepHyper& hyper, const double* loss_sums) override {
@@ -162,17 +162,12 @@ class RootOnDevice final : public DeviceOptimizer {
   int64_t step_count() const override { return root_.step_count(); }
   void reset_moments(std::span<const IndexRange> ranges) override { root_.reset_moments(ranges); }
 
-  void check_shardable() const override {
-    FP4_THROW(
-        "CUDA engine: optimizer = \"", root_.name(), "\" (recipe field ",
-        "'optimizer') runs on one process only: Newton-Schulz needs each matrix's whole gradient, and data ",
-        "parallelism reduce-scatters gradients to ZeRO-1 shards; train on one process or set optimizer = ",
-        "\"adamw\"");
+  // Shards of whole tensors (the trainer's make_tensor_shard_plan for this optimizer): DeviceRoot checks.
+  void set_shard(const DeviceParams& params, const std::vector<IndexRange>& shards,
+                 Communicator* comm) override {
+    root_.set_shard(params, shards, comm);
   }
-  void set_shard(const DeviceParams&, const std::vector<IndexRange>&, Communicator*) override {
-    check_shardable();
-  }
-  IndexRange shard() const override { return {0, numel_}; }
+  IndexRange shard() const override { return root_.shard(); }
 
   std::vector<StateTensor> save_state(const DeviceParams& params) const override {
     return root_.save_state(params);
@@ -182,7 +177,6 @@ class RootOnDevice final : public DeviceOptimizer {
   }
 
  private:
-  int64_t numel_;
   DeviceRoot root_;
 };
 

@@ -13,18 +13,44 @@ namespace fp4::cuda {
 
 DeviceRoot::DeviceRoot(const DeviceParams& params, cudaStream_t stream, uint64_t seed, NsPrecision precision,
                        RootOptions opt)
-    : stream_(stream), seed_(seed), opt_(opt), n_params_(params.size()), control_(1), fault_(1) {
+    : stream_(stream),
+      seed_(seed),
+      opt_(opt),
+      n_params_(params.size()),
+      shard_{0, params.numel()},
+      control_(1),
+      fault_(1) {
   opt_.precision = precision;
   check_root_options(opt_, "optimizer '" + name() + "' (CUDA)");
   FP4_CHECK(n_params_ > 0, name(), " (CUDA): no parameters");
-  std::vector<int64_t> offsets, sizes, adam_sizes;
-  std::vector<uint8_t> decay;
-  int64_t root_numel = 0, adam_numel = 0, largest = 0;
   for (int i = 0; i < n_params_; ++i) {
     const Parameter& p = params.at(i);
     names_.push_back(p.info.name);
     param_offset_.push_back(p.offset);
     param_numel_.push_back(p.info.numel());
+  }
+  build(params);
+}
+
+// The matrices, AdamW parameters, norm chunks and moments of the parameters inside shard_ (every parameter
+// when not sharded), which must hold whole tensors.
+void DeviceRoot::build(const DeviceParams& params) {
+  roots_.clear();
+  adams_.clear();
+  piece_param_.clear();
+  std::vector<int64_t> offsets, sizes, adam_sizes;
+  std::vector<uint8_t> decay;
+  int64_t root_numel = 0, adam_numel = 0, largest = 0;
+  for (int i = 0; i < n_params_; ++i) {
+    const Parameter& p = params.at(i);
+    const int64_t end = p.offset + p.info.numel();
+    const bool mine = p.offset >= shard_.begin && end <= shard_.end;
+    FP4_CHECK(mine || end <= shard_.begin || p.offset >= shard_.end, "optimizer '", name(),
+              "' (CUDA): the shard [", shard_.begin, ", ", shard_.end, ") of rank ",
+              comm_ ? comm_->rank() : 0, " cuts parameter ", p.info.name, " [", p.offset, ", ", end,
+              "); this optimizer needs shards of whole tensors");
+    if (!mine) continue;
+    piece_param_.push_back(i);
     offsets.push_back(p.offset);
     sizes.push_back(p.info.numel());
     if (root_eligible(p.info)) {
@@ -38,7 +64,7 @@ DeviceRoot::DeviceRoot(const DeviceParams& params, cudaStream_t stream, uint64_t
       decay.push_back(p.info.weight_decay ? 1 : 0);
     }
   }
-  // Norm and clipping over every parameter, as the engines clip.
+  // Norm and clipping over this rank's parameters (every parameter when alone), as the engines clip.
   std::vector<int32_t> first;
   const std::vector<ParamChunk> chunks = make_param_chunks(offsets, sizes, first);
   n_chunks_ = static_cast<int>(chunks.size());
@@ -48,7 +74,7 @@ DeviceRoot::DeviceRoot(const DeviceParams& params, cudaStream_t stream, uint64_t
   first_chunk_ = DeviceBuffer<int32_t>(first.size());
   copy_to_device(first_chunk_.data(), first.data(), first.size() * sizeof(int32_t), stream_);
   chunk_partials_ = DeviceBuffer<double>(std::max<size_t>(chunks.size(), 1));
-  param_sumsq_ = DeviceBuffer<double>(static_cast<size_t>(n_params_));
+  param_sumsq_ = DeviceBuffer<double>(std::max<size_t>(piece_param_.size(), 1));
 
   // AdamW parameter j is launched alone: its chunks start at 0 (relative to its value, gradient and
   // moments), and chunk.param = j picks its decay flag.
@@ -68,7 +94,24 @@ DeviceRoot::DeviceRoot(const DeviceParams& params, cudaStream_t stream, uint64_t
   stats_ = DeviceBuffer<RootDeviceStats>(std::max<size_t>(roots_.size(), 1));
   FP4_CUDA_CHECK(cudaMemsetAsync(stats_.data(), 0, stats_.bytes(), stream_));
   FP4_CUDA_CHECK(cudaMemsetAsync(fault_.data(), 0, fault_.bytes(), stream_));
+  root_.reset();
   if (!roots_.empty()) root_ = std::make_unique<RootStepCuda>(largest, opt_.precision);
+}
+
+void DeviceRoot::set_shard(const DeviceParams& params, const std::vector<IndexRange>& shards,
+                           Communicator* comm) {
+  FP4_CHECK(step_ == 0, name(), " (CUDA): the shard must be set before the first step");
+  FP4_CHECK(comm != nullptr && comm->device_memory(), name(), " (CUDA): a sharded step needs a device ",
+            "communicator");
+  FP4_CHECK(static_cast<int>(shards.size()) == comm->world_size(), name(), " (CUDA): ", shards.size(),
+            " shards for ", comm->world_size(), " ranks");
+  FP4_CHECK(params.size() == n_params_, name(), " (CUDA) set_shard: built for ", n_params_,
+            " parameters, given ", params.size());
+  comm_ = comm;
+  shards_ = shards;
+  shard_ = shards[static_cast<size_t>(comm->rank())];
+  dp_scalars_ = DeviceBuffer<double>(2);
+  build(params);
 }
 
 void DeviceRoot::reset_moments(std::span<const IndexRange> ranges) {
@@ -97,9 +140,18 @@ void DeviceRoot::queue_step(DeviceParams& params, const StepHyper& h, const doub
   check_adamw_hyper(h);  // lr and weight decay are shared; betas and eps matter to the AdamW part only
   FP4_CUDA_CHECK(cudaMemsetAsync(stats_.data(), 0, stats_.bytes(), stream_));
   FP4_CUDA_CHECK(cudaMemsetAsync(fault_.data(), 0, fault_.bytes(), stream_));
-  grad_norm_and_clip(params.grads(), chunks_.data(), n_chunks_, first_chunk_.data(), n_params_,
-                     chunk_partials_.data(), param_sumsq_.data(), loss_sums, h.grad_clip, control_.data(),
-                     stream_);
+  const int pieces = static_cast<int>(piece_param_.size());
+  if (comm_) {  // this rank's sums of squares, then the job's norm, non-finite flag and clipping factor
+    grad_norm_and_clip(params.grads(), chunks_.data(), n_chunks_, first_chunk_.data(), pieces,
+                       chunk_partials_.data(), param_sumsq_.data(), loss_sums, 0.0f, control_.data(),
+                       stream_);
+    all_reduce_norm_and_clip(param_sumsq_.data(), pieces, dp_scalars_.data(), h.grad_clip, control_.data(),
+                             *comm_, stream_);
+  } else {
+    grad_norm_and_clip(params.grads(), chunks_.data(), n_chunks_, first_chunk_.data(), pieces,
+                       chunk_partials_.data(), param_sumsq_.data(), loss_sums, h.grad_clip, control_.data(),
+                       stream_);
+  }
   for (size_t k = 0; k < roots_.size(); ++k) {
     const Matrix& mx = roots_[k];
     const Parameter& p = params.at(mx.param);
@@ -130,19 +182,25 @@ void DeviceRoot::commit_step() {
 }
 
 void DeviceRoot::queue_norm(const DeviceParams& params, const double* loss_sums) {
+  FP4_CHECK(comm_ == nullptr, name(), " (CUDA): queue_norm (GradientProbe) is not available with data ",
+            "parallelism");
   FP4_CUDA_CHECK(cudaMemsetAsync(fault_.data(), 0, fault_.bytes(), stream_));  // no update was queued
-  grad_norm_and_clip(params.grads(), chunks_.data(), n_chunks_, first_chunk_.data(), n_params_,
-                     chunk_partials_.data(), param_sumsq_.data(), loss_sums, 0.0f, control_.data(), stream_);
+  grad_norm_and_clip(params.grads(), chunks_.data(), n_chunks_, first_chunk_.data(),
+                     static_cast<int>(piece_param_.size()), chunk_partials_.data(), param_sumsq_.data(),
+                     loss_sums, 0.0f, control_.data(), stream_);
 }
 
 StepControl DeviceRoot::read_control(std::vector<double>& param_sumsq) const {
-  param_sumsq.assign(static_cast<size_t>(n_params_), 0.0);
-  FP4_CUDA_CHECK(cudaMemcpyAsync(param_sumsq.data(), param_sumsq_.data(), param_sumsq.size() * sizeof(double),
-                                 cudaMemcpyDeviceToHost, stream_));
+  std::vector<double> pieces(piece_param_.size());  // this rank's parameters (all of them when alone)
+  if (!pieces.empty())
+    FP4_CUDA_CHECK(cudaMemcpyAsync(pieces.data(), param_sumsq_.data(), pieces.size() * sizeof(double),
+                                   cudaMemcpyDeviceToHost, stream_));
   RootFault fault;
   FP4_CUDA_CHECK(cudaMemcpyAsync(&fault, fault_.data(), sizeof(fault), cudaMemcpyDeviceToHost, stream_));
   StepControl ctl;
   copy_to_host(&ctl, control_.data(), sizeof(ctl), stream_);
+  param_sumsq.assign(static_cast<size_t>(n_params_), 0.0);
+  for (size_t k = 0; k < pieces.size(); ++k) param_sumsq[static_cast<size_t>(piece_param_[k])] = pieces[k];
   if (fault.kind != kRootNoFault) {
     const auto k = static_cast<size_t>(fault.matrix);
     FP4_CHECK(k < roots_.size(), name(), " (CUDA): a fault names matrix ", fault.matrix, " of ",
@@ -163,29 +221,65 @@ StepControl DeviceRoot::read_control(std::vector<double>& param_sumsq) const {
 std::vector<StateTensor> DeviceRoot::save_state(const DeviceParams& params) const {
   FP4_CHECK(params.size() == n_params_, name(), " (CUDA) save_state: ", params.size(),
             " parameters, the state has ", n_params_);
-  auto tensor = [&](std::string tname, const ParameterInfo& info, const float* src) {
+  // Where this rank keeps parameter i's first moment (ROOT's momentum or AdamW's m) and AdamW's v; null
+  // for parameters of other ranks.
+  std::vector<const float*> first(static_cast<size_t>(n_params_), nullptr), second(first.size(), nullptr);
+  for (const Matrix& mx : roots_) first[static_cast<size_t>(mx.param)] = m_.data() + mx.offset;
+  for (const AdamPart& a : adams_) {
+    first[static_cast<size_t>(a.param)] = am_.data() + a.offset;
+    second[static_cast<size_t>(a.param)] = av_.data() + a.offset;
+  }
+  // With data parallelism each tensor comes from its owner rank: broadcast through a scratch buffer of the
+  // largest tensor (collective: every rank makes the same calls in parameter order).
+  DeviceBuffer<float> scratch;
+  if (comm_)
+    scratch =
+        DeviceBuffer<float>(static_cast<size_t>(*std::max_element(param_numel_.begin(), param_numel_.end())));
+  auto tensor = [&](std::string tname, const ParameterInfo& info, int i, const float* src) {
     StateTensor t{std::move(tname), "F32", info.shape,
                   std::vector<uint8_t>(static_cast<size_t>(info.numel()) * 4)};
-    if (!t.bytes.empty()) copy_to_host(t.bytes.data(), src, t.bytes.size(), stream_);
+    if (t.bytes.empty()) return t;
+    if (comm_) {
+      std::vector<IndexRange> from(shards_.size(), IndexRange{0, 0});
+      from[static_cast<size_t>(owner(i))] = IndexRange{0, info.numel()};
+      if (src)
+        FP4_CUDA_CHECK(
+            cudaMemcpyAsync(scratch.data(), src, t.bytes.size(), cudaMemcpyDeviceToDevice, stream_));
+      comm_->all_gather(scratch.data(), from, stream_);
+      src = scratch.data();
+    }
+    copy_to_host(t.bytes.data(), src, t.bytes.size(), stream_);
     return t;
   };
   std::vector<StateTensor> out;
-  for (const Matrix& mx : roots_) {
-    const ParameterInfo& info = params.at(mx.param).info;
-    out.push_back(tensor(kRootMomentPrefix + info.name, info, m_.data() + mx.offset));
+  for (int i = 0; i < n_params_; ++i) {
+    const ParameterInfo& info = params.at(i).info;
+    if (root_eligible(info))
+      out.push_back(tensor(kRootMomentPrefix + info.name, info, i, first[static_cast<size_t>(i)]));
   }
   StateTensor step{kRootStepName, "I64", {1}, std::vector<uint8_t>(8)};
   std::memcpy(step.bytes.data(), &step_, 8);
   out.push_back(std::move(step));
-  for (const AdamPart& a : adams_) {
-    const ParameterInfo& info = params.at(a.param).info;
-    out.push_back(tensor(kAdamMomentPrefix[0] + info.name, info, am_.data() + a.offset));
-    out.push_back(tensor(kAdamMomentPrefix[1] + info.name, info, av_.data() + a.offset));
+  for (int i = 0; i < n_params_; ++i) {
+    const ParameterInfo& info = params.at(i).info;
+    if (root_eligible(info)) continue;
+    out.push_back(tensor(kAdamMomentPrefix[0] + info.name, info, i, first[static_cast<size_t>(i)]));
+    out.push_back(tensor(kAdamMomentPrefix[1] + info.name, info, i, second[static_cast<size_t>(i)]));
   }
   out.push_back(adam_step_tensor(adam_step_));
   return out;
 }
 
+int DeviceRoot::owner(int param) const {
+  const int64_t begin = param_offset_[static_cast<size_t>(param)];
+  const int64_t end = begin + param_numel_[static_cast<size_t>(param)];
+  for (size_t q = 0; q < shards_.size(); ++q)
+    if (begin >= shards_[q].begin && end <= shards_[q].end && shards_[q].size() > 0)
+      return static_cast<int>(q);
+  FP4_THROW(name(), " (CUDA): no rank holds parameter ", names_[static_cast<size_t>(param)]);
+}
+
+// Whatever world size wrote the state, this rank keeps the state of its own tensors.
 void DeviceRoot::load_state(const StateIndex& index, const DeviceParams& params) {
   FP4_CHECK(params.size() == n_params_, name(), " (CUDA) load_state: ", params.size(),
             " parameters, the state has ", n_params_);
@@ -193,21 +287,28 @@ void DeviceRoot::load_state(const StateIndex& index, const DeviceParams& params)
             "' (it was written by ", index.has("qadamw.step") ? "q-adamw" : "another optimizer",
             "), but this run's optimizer is ", name(),
             " (recipe field 'optimizer'); resume with the optimizer that wrote it");
-  // Every tensor checked before anything changes.
+  // Every tensor, of every rank's parameters, checked before anything changes.
   int64_t step = 0;
   std::memcpy(&step, index.require(kRootStepName, "I64", {1}).bytes.data(), 8);
   FP4_CHECK(step >= 0, "load_state: '", kRootStepName, "' is negative (", step, ")");
-  std::vector<const StateTensor*> moments;
-  for (const Matrix& mx : roots_) {
-    const ParameterInfo& info = params.at(mx.param).info;
-    moments.push_back(&index.require(kRootMomentPrefix + info.name, "F32", info.shape));
+  std::vector<ParameterInfo> all_adam;
+  for (int i = 0; i < n_params_; ++i) {
+    const ParameterInfo& info = params.at(i).info;
+    if (root_eligible(info))
+      (void)index.require(kRootMomentPrefix + info.name, "F32", info.shape);
+    else
+      all_adam.push_back(info);
   }
-  std::vector<ParameterInfo> adam_infos;
+  (void)find_adam_state(index, all_adam);
+  std::vector<ParameterInfo> adam_infos;  // this rank's
   for (const AdamPart& a : adams_) adam_infos.push_back(params.at(a.param).info);
   const AdamState adam = find_adam_state(index, adam_infos);
 
-  for (size_t k = 0; k < roots_.size(); ++k)
-    copy_to_device(m_.data() + roots_[k].offset, moments[k]->bytes.data(), moments[k]->bytes.size(), stream_);
+  for (const Matrix& mx : roots_) {
+    const ParameterInfo& info = params.at(mx.param).info;
+    const StateTensor& m = index.require(kRootMomentPrefix + info.name, "F32", info.shape);
+    copy_to_device(m_.data() + mx.offset, m.bytes.data(), m.bytes.size(), stream_);
+  }
   for (size_t j = 0; j < adams_.size(); ++j) {
     copy_to_device(am_.data() + adams_[j].offset, adam.m[j]->bytes.data(), adam.m[j]->bytes.size(), stream_);
     copy_to_device(av_.data() + adams_[j].offset, adam.v[j]->bytes.data(), adam.v[j]->bytes.size(), stream_);

@@ -1,9 +1,12 @@
-// DeviceRoot: the CPU RootOptimizer (optim/root_optimizer.h) on the GPU for one process. Every
+// DeviceRoot: the CPU RootOptimizer (optim/root_optimizer.h) on the GPU. Every
 // root_eligible matrix is stepped by ROOT / Q-Root on the device (optim/cuda/root_cuda.h) with FP32 momentum
 // in one flat buffer; every other parameter (embedding, head, norm gains) by AdamW (optim/cuda/adamw_cuda.h)
 // with compact FP32 moments. The global gradient norm, clipping factor and non-finite check are
 // DeviceAdamW's, over all parameters, as the engines clip before the optimizer. Checkpoints use
 // RootOptimizer's tensor names and layout, so a state moves between the CPU and CUDA engines.
+// Data parallelism (ZeRO-1, set_shard): as the CPU RootOptimizer, each rank's shard holds whole tensors
+// (make_tensor_shard_plan); the rank steps and keeps the state of its own tensors, the clipping norm sums
+// every rank's share, and save_state broadcasts each tensor's state from its owner (collective).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/communicator.h"
 #include "core/index_range.h"
 #include "core/parameter_info.h"
 #include "core/state_index.h"
@@ -52,6 +56,12 @@ class DeviceRoot {
   StepControl read_control(std::vector<double>& param_sumsq) const;
 
   int64_t step_count() const { return step_; }
+
+  // ZeRO-1, before the first step: keeps and steps only the tensors inside shards[comm->rank()] (a device
+  // communicator); throws fp4::Error naming the parameter when that shard cuts a tensor.
+  void set_shard(const DeviceParams& params, const std::vector<IndexRange>& shards, Communicator* comm);
+  IndexRange shard() const { return shard_; }  // every element when not sharded
+
   // Zeroes the ROOT momentum and the AdamW moments of the elements in `ranges` (indices into the flat
   // parameter buffer; queued on the stream), as the CPU RootOptimizer::reset_moments: LoRA-SVD's factors
   // after a realignment. Step counters are kept.
@@ -64,7 +74,7 @@ class DeviceRoot {
   void load_state(const StateIndex& index, const DeviceParams& params);
   int64_t state_bytes() const;
 
-  // Names of the ROOT and AdamW parameters, in parameter order.
+  // Names of this rank's ROOT and AdamW parameters, in parameter order.
   std::vector<std::string> root_parameters() const;
   std::vector<std::string> adamw_parameters() const;
   // For tests (synchronize): the momentum of ROOT matrix k, the last step's clipping statistics per
@@ -83,11 +93,18 @@ class DeviceRoot {
     int64_t offset;  // into am_ / av_
   };
 
+  void build(const DeviceParams& params);
+  int owner(int param) const;  // the rank whose shard holds parameter `param`
+
   cudaStream_t stream_;
   uint64_t seed_;
   RootOptions opt_;
   int64_t step_ = 0, adam_step_ = 0;
   int n_params_ = 0, n_chunks_ = 0;
+  IndexRange shard_;
+  std::vector<IndexRange> shards_;  // every rank's, with data parallelism
+  Communicator* comm_ = nullptr;
+  std::vector<int> piece_param_;  // the parameters this rank norms and steps, in order
   std::vector<std::string> names_;
   std::vector<int64_t> param_offset_, param_numel_;  // each parameter's place in the flat buffer
   std::vector<Matrix> roots_;
@@ -98,7 +115,8 @@ class DeviceRoot {
   DeviceBuffer<ParamChunk> chunks_, adam_chunks_;
   DeviceBuffer<int32_t> first_chunk_;
   DeviceBuffer<uint8_t> adam_decay_;
-  DeviceBuffer<double> chunk_partials_, param_sumsq_;
+  DeviceBuffer<double> chunk_partials_, param_sumsq_;  // param_sumsq_: one per piece_param_
+  DeviceBuffer<double> dp_scalars_;                    // [sum of squares, non-finite] reduced over ranks
   DeviceBuffer<StepControl> control_;
   DeviceBuffer<RootDeviceStats> stats_;
   DeviceBuffer<RootFault> fault_;

@@ -58,7 +58,8 @@ class ThreadComm final : public Communicator {
       all_reduce_sum(data, 0, CommType::kF32, nullptr);
   }
   void all_gather(float* data, std::span<const IndexRange> ranges, void*) override {
-    const int64_t n = ranges.empty() ? 0 : ranges.back().end;
+    int64_t n = 0;  // the ranges may come in any order, some empty
+    for (const auto& r : ranges) n = std::max(n, r.end);
     publish(data, static_cast<size_t>(n) * 4);
     for (int r = 0; r < g_.world(); ++r) {
       const IndexRange q = ranges[static_cast<size_t>(r)];
