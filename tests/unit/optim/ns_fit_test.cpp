@@ -165,25 +165,29 @@ TEST(NsFit, FitLowersEqAndKeepsFp32PolarError) {
   const int64_t r = 32, c = 96;
   NsFitSettings fs;
   fs.max_evals = 40;
-  const NsFitResult fit = fit_ns_coefficients(r, c, 2, seed, true, fs);
+  const NsFitResult fit = fit_ns_coefficients(r, c, 4, seed, true, fs);
   EXPECT_LE(fit.evals, 40);
   EXPECT_LE(fit.error, fit.start_error);
-  const NsSampleSet train = make_ns_samples(r, c, 2, seed);
+  const NsSampleSet train = make_ns_samples(r, c, 4, seed);
   const auto [eq_fit, polar_fit] = eq_and_polar(train, fit.coef);
   const auto [eq_def, polar_def] = eq_and_polar(train, kQRootNsCoefficients);
   EXPECT_NEAR(eq_fit, fit.error, 1e-9);
   EXPECT_NEAR(eq_def, fit.start_error, 1e-9);
   EXPECT_LE(polar_fit, polar_def + 1e-12);  // the constraint on the fitting samples
-  const NsSampleSet held = make_ns_samples(r, c, 3, seed + 1);
+  const NsSampleSet held = make_ns_samples(r, c, 8, seed + 1);
   const auto [heq_fit, hpolar_fit] = eq_and_polar(held, fit.coef);
   const auto [heq_def, hpolar_def] = eq_and_polar(held, kQRootNsCoefficients);
   std::printf(
       "  fit %ldx%ld: (%.4f, %.4f, %.4f); held-out e_q default %.4f fitted %.4f, polar %.4f -> %.4f\n",
       static_cast<long>(r), static_cast<long>(c), fit.coef.a, fit.coef.b, fit.coef.c, heq_def, heq_fit,
       hpolar_def, hpolar_fit);
-  // Fresh inputs: no worse beyond sample noise (a 2-sample fit on 32 x 96 overfits by up to ~8%).
-  EXPECT_LE(heq_fit, heq_def * 1.12);
-  EXPECT_LE(hpolar_fit, hpolar_def * 1.02);
+  // Fresh inputs: no worse beyond what a 4-sample fit's generalization spreads. The constraint holds on the
+  // fitting samples only; on 8 fresh samples the ratios fitted / default over 1500 seeds were: e_q mean
+  // 1.007, sd 0.015, max 1.074; FP32 polar error mean 0.914, sd 0.104, max 1.183 (the polar error of one
+  // sample hangs on its smallest singular values). With 2 fitting samples and 3 fresh ones (this test until
+  // 2026-12-07) the polar ratio reached 1.42 in 800 seeds and failed CI at 1.10 against a bound of 1.02.
+  EXPECT_LE(heq_fit, heq_def * 1.15);
+  EXPECT_LE(hpolar_fit, hpolar_def * 1.35);
 }
 
 TEST(NsFit, BadShapesAndOptionsAreRefused) {
