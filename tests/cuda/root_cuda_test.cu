@@ -502,7 +502,7 @@ TEST_P(CudaRootShards, WholeTensorShardsOnThreadRanksMatchOneProcess) {
     std::vector<std::vector<float>> values(static_cast<size_t>(world));
     std::string failure;
     std::mutex mu;
-    test::run_staged_threads(world, [&](Communicator& comm) {
+    test::run_threads<test::StagedThreadComm>(world, [&](Communicator& comm) {
       try {
         ParameterSet ps = ps0;
         std::copy(start.begin(), start.end(), ps.values().begin());
@@ -562,7 +562,7 @@ TEST(CudaRootShardsRefusals, AShardThatCutsATensorIsRefused) {
   const ParameterSet ps = make_params(rng);
   const int64_t cut = ps.at(ps.require("wide")).offset + 16;
   std::vector<std::string> msgs(2);
-  test::run_staged_threads(2, [&](Communicator& comm) {
+  test::run_threads<test::StagedThreadComm>(2, [&](Communicator& comm) {
     try {
       cuda::DeviceParams dp(ps, nullptr);
       cuda::DeviceRoot gpu(dp, nullptr, 1, NsPrecision::kFp32);
@@ -769,7 +769,7 @@ TEST(CudaRootEngineShards, TwoThreadRanksOnTheTrainersPlanMatchOneEngine) {
     std::vector<std::vector<StateTensor>> got_state(2);
     std::string failure;
     std::mutex mu;
-    test::run_staged_threads(2, [&](Communicator& comm) {
+    test::run_threads<test::StagedThreadComm>(2, [&](Communicator& comm) {
       try {
         auto e = make_cuda_engine(cfg, recipe, seed);
         std::vector<double> costs;

@@ -2,7 +2,7 @@
 // own engine or optimizer. Every collective waits for its stream, copies the device buffer to the host,
 // runs the host thread collective (tests/unit/optim/thread_comm.h: sums in rank order, the same bits on
 // every rank) and copies the result back. Slow and blocking, but it lets one GPU run a data-parallel job
-// whose ranks really own different state.
+// whose ranks really own different state. Run ranks with test::run_threads<StagedThreadComm>.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -63,17 +63,5 @@ class StagedThreadComm final : public Communicator {
 
   ThreadComm host_;
 };
-
-// Runs body(comm of rank r) on `world` threads and waits for all.
-inline void run_staged_threads(int world, const std::function<void(Communicator&)>& body) {
-  ThreadGroup g(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&g, r, &body] {
-      StagedThreadComm c(g, r);
-      body(c);
-    });
-  for (auto& t : threads) t.join();
-}
 
 }  // namespace fp4::test

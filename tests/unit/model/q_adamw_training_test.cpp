@@ -11,6 +11,7 @@
 
 #include "../optim/thread_comm.h"
 #include "core/error.h"
+#include "data_parallel_util.h"
 #include "dist/shard_plan.h"
 #include "engine_training_util.h"
 #include "model/cpu_engine.h"
@@ -72,28 +73,9 @@ TEST(QAdamWEngine, DataParallelRanksMatchOneRank) {
   const uint32_t seed = logged_seed();
   const ModelConfig cfg = model_preset("tiny");
   const Recipe recipe = load_recipe("bf16", {"optimizer=q-adamw"});
-  const Batch batch = random_token_batch(cfg, 2, 32, seed);
-  auto one = make_cpu_engine(cfg, recipe, seed);
-  train_on(*one, batch, 3, nullptr);
-  std::vector<float> rank0;
-  std::string failure;
-  std::mutex mu;
-  test::run_threads(2, [&](Communicator& comm) {
-    try {
-      auto e = make_cpu_engine(cfg, recipe, seed);
-      const ShardPlan plan = make_shard_plan(e->parameters(), 2, 128);
-      DataParallel dp{&comm, {}};
-      for (const auto& r : plan.ranks) dp.shards.push_back({r.begin, r.end});
-      e->set_data_parallel(dp);
-      train_on(*e, batch, 3, nullptr);
-      if (comm.rank() == 0) rank0 = all_parameters(*e);
-    } catch (const Error& err) {
-      const std::lock_guard<std::mutex> lock(mu);
-      failure = err.what();
-    }
+  testing::expect_two_ranks_match_one_rank(cfg, recipe, seed, [](const std::vector<ParameterInfo>& params) {
+    return make_shard_plan(params, 2, 128);
   });
-  ASSERT_TRUE(failure.empty()) << failure;
-  EXPECT_EQ(rank0, all_parameters(*one));
 }
 
 TEST(QAdamWEngine, BadOptimizerNamesAreRefused) {

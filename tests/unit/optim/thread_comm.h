@@ -104,13 +104,15 @@ class ThreadComm final : public Communicator {
   int rank_;
 };
 
-// Runs body(comm of rank r) on `world` threads and waits for all.
-inline void run_threads(int world, const std::function<void(Communicator&)>& body) {
+// Runs body(comm of rank r) on `world` threads and waits for all. Comm: ThreadComm, or another test
+// communicator made from (ThreadGroup&, rank), such as tests/cuda/staged_thread_comm.h's.
+template <typename Comm = ThreadComm>
+void run_threads(int world, const std::function<void(Communicator&)>& body) {
   ThreadGroup g(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&g, r, &body] {
-      ThreadComm c(g, r);
+      Comm c(g, r);
       body(c);
     });
   for (auto& t : threads) t.join();
