@@ -18,11 +18,12 @@
 
 namespace fp4::testing {
 
-// `plan` makes the shard plan of 2 ranks for the engine's parameters; 3 steps on a random 2 x 32 batch.
+// `plan` makes the shard plan of 2 ranks for the engine's parameters; 3 steps on a random rows x 32 batch
+// (block128 recipes need rows x 32 to be a multiple of 128).
 inline void expect_two_ranks_match_one_rank(
     const ModelConfig& cfg, const Recipe& recipe, uint32_t seed,
-    const std::function<ShardPlan(const std::vector<ParameterInfo>&)>& plan) {
-  const Batch batch = random_token_batch(cfg, 2, 32, seed);
+    const std::function<ShardPlan(const std::vector<ParameterInfo>&)>& plan, int rows = 2) {
+  const Batch batch = random_token_batch(cfg, rows, 32, seed);
   auto one = make_cpu_engine(cfg, recipe, seed);
   train_on(*one, batch, 3, nullptr);
   std::vector<float> rank0;

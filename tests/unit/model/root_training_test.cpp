@@ -120,6 +120,24 @@ TEST(RootEngine, WholeTensorShardsMatchOneRank) {
   }
 }
 
+// The flagship presets on the trainer's whole-tensor plan: fullstack-fp4 (LoRA-SVD factors stepped by Q-Root
+// beside the residual weights, Q-Attn) and fp4train-max (with OutControl and OsciReset) step as one rank.
+TEST(RootEngine, FlagshipPresetsOnWholeTensorShardsMatchOneRank) {
+  for (const char* preset : {"fullstack-fp4", "fp4train-max"}) {
+    SCOPED_TRACE(preset);
+    const Recipe recipe = load_recipe(preset);
+    ASSERT_EQ(recipe.optimizer, "q-root");
+    testing::expect_two_ranks_match_one_rank(
+        model_preset("tiny"), recipe, logged_seed(),
+        [](const std::vector<ParameterInfo>& params) {
+          std::vector<double> costs;
+          for (const auto& p : params) costs.push_back(root_step_cost(p, RootOptions{}.ns_steps));
+          return make_tensor_shard_plan(params, 2, costs);
+        },
+        4);
+  }
+}
+
 TEST(RootEngineRefusals, ShardsThatCutAMatrixAreRefused) {
   const ModelConfig cfg = model_preset("tiny");
   const Recipe recipe = load_recipe("bf16", {"optimizer=root"});

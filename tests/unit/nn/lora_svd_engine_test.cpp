@@ -14,6 +14,7 @@
 #include "dist/shard_plan.h"
 #include "model/cpu_engine.h"
 #include "nn/lora_svd.h"
+#include "optim/root.h"
 #include "recipe/recipe_io.h"
 
 namespace fp4 {
@@ -156,47 +157,59 @@ TEST(LoraSvdEngine, ResumeIsBitExactAcrossARealignment) {
 }
 
 // Two ZeRO-1 ranks (threads): the realignment runs on every rank alike (parameters bit-identical across
-// ranks afterwards), each rank zeroes the factors' moments of its shard, and W_res's moments survive.
+// ranks afterwards), each rank zeroes the factors' moments of its shard, and W_res's moments survive. With
+// AdamW on the 64-element plan, and with Q-Root (the factors and W_res are ROOT matrices) on the whole-tensor
+// plan the trainer builds for it.
 TEST(LoraSvdEngine, DataParallelRanksRealignAlike) {
-  const uint32_t seed = fresh_seed();
-  const ModelConfig cfg = model_preset("tiny");
-  const Recipe recipe = lora_recipe(2, 8);
-  std::vector<std::vector<Batch>> data;
-  for (int s = 0; s < 3; ++s) data.push_back({next_token_batch(cfg, 4, 64, seed + uint32_t(s))});
-  std::vector<std::vector<float>> params(2);
-  std::vector<std::vector<StateTensor>> states(2);
-  std::vector<std::vector<IndexRange>> shards_seen(2);
-  test::run_threads(2, [&](Communicator& comm) {
-    auto e = make_cpu_engine(cfg, recipe, seed);
-    const ShardPlan plan = make_shard_plan(e->parameters(), 2);
-    std::vector<IndexRange> shards;
-    for (const RankShard& r : plan.ranks) shards.push_back({r.begin, r.end});
-    e->set_data_parallel({&comm, shards});
-    StepHyper hyper;
-    hyper.lr = 2e-3f;
-    for (int s = 0; s < 2; ++s) e->train_step(data[size_t(s)], hyper);  // realigns after step 2
-    const auto r = size_t(comm.rank());
-    states[r] = e->save_state();  // collective: the moments of both shards
-    params[r] = all_parameters(*e);
-    shards_seen[r] = shards;
-  });
-  ASSERT_EQ(params[0].size(), params[1].size());
-  EXPECT_EQ(std::memcmp(params[0].data(), params[1].data(), params[0].size() * sizeof(float)), 0);
-  // The shard boundary falls inside the parameter list: both ranks own some factor moments.
-  EXPECT_GT(shards_seen[0][0].size(), 0);
-  EXPECT_GT(shards_seen[0][1].size(), 0);
-  for (int l = 0; l < cfg.n_layers; ++l)
-    for (const char* lin : {"attn.wqkv", "attn.wo", "mlp.w_gate_up", "mlp.w_down"}) {
-      const std::string w = "blocks." + std::to_string(l) + "." + lin;
-      for (const char* m : {"adamw.m.", "adamw.v."}) {
-        const std::vector<float> keep = state_f32(states[0], m + w);
-        EXPECT_FALSE(std::all_of(keep.begin(), keep.end(), [](float v) { return v == 0.0f; })) << m << w;
-        for (const std::string& f : {w + ".lora_l1", w + ".lora_l2"}) {
-          const std::vector<float> z = state_f32(states[0], m + f);
-          EXPECT_TRUE(std::all_of(z.begin(), z.end(), [](float v) { return v == 0.0f; })) << m << f;
+  for (const char* optimizer : {"adamw", "q-root"}) {
+    SCOPED_TRACE(optimizer);
+    const bool root = std::string(optimizer) == "q-root";
+    const uint32_t seed = fresh_seed();
+    const ModelConfig cfg = model_preset("tiny");
+    Recipe recipe = lora_recipe(2, 8);
+    recipe.optimizer = optimizer;
+    std::vector<std::vector<Batch>> data;
+    for (int s = 0; s < 3; ++s) data.push_back({next_token_batch(cfg, 4, 64, seed + uint32_t(s))});
+    std::vector<std::vector<float>> params(2);
+    std::vector<std::vector<StateTensor>> states(2);
+    std::vector<std::vector<IndexRange>> shards_seen(2);
+    test::run_threads(2, [&](Communicator& comm) {
+      auto e = make_cpu_engine(cfg, recipe, seed);
+      std::vector<double> costs;
+      for (const auto& p : e->parameters()) costs.push_back(root_step_cost(p, RootOptions{}.ns_steps));
+      const ShardPlan plan =
+          root ? make_tensor_shard_plan(e->parameters(), 2, costs) : make_shard_plan(e->parameters(), 2);
+      std::vector<IndexRange> shards;
+      for (const RankShard& r : plan.ranks) shards.push_back({r.begin, r.end});
+      e->set_data_parallel({&comm, shards});
+      StepHyper hyper;
+      hyper.lr = 2e-3f;
+      for (int s = 0; s < 2; ++s) e->train_step(data[size_t(s)], hyper);  // realigns after step 2
+      const auto r = size_t(comm.rank());
+      states[r] = e->save_state();  // collective: the moments of both shards
+      params[r] = all_parameters(*e);
+      shards_seen[r] = shards;
+    });
+    ASSERT_EQ(params[0].size(), params[1].size());
+    EXPECT_EQ(std::memcmp(params[0].data(), params[1].data(), params[0].size() * sizeof(float)), 0);
+    // The shard boundary falls inside the parameter list: both ranks own some factor moments.
+    EXPECT_GT(shards_seen[0][0].size(), 0);
+    EXPECT_GT(shards_seen[0][1].size(), 0);
+    const std::vector<std::string> moments =
+        root ? std::vector<std::string>{"root.m."} : std::vector<std::string>{"adamw.m.", "adamw.v."};
+    for (int l = 0; l < cfg.n_layers; ++l)
+      for (const char* lin : {"attn.wqkv", "attn.wo", "mlp.w_gate_up", "mlp.w_down"}) {
+        const std::string w = "blocks." + std::to_string(l) + "." + lin;
+        for (const std::string& m : moments) {
+          const std::vector<float> keep = state_f32(states[0], m + w);
+          EXPECT_FALSE(std::all_of(keep.begin(), keep.end(), [](float v) { return v == 0.0f; })) << m << w;
+          for (const std::string& f : {w + ".lora_l1", w + ".lora_l2"}) {
+            const std::vector<float> z = state_f32(states[0], m + f);
+            EXPECT_TRUE(std::all_of(z.begin(), z.end(), [](float v) { return v == 0.0f; })) << m << f;
+          }
         }
       }
-    }
+  }
 }
 
 TEST(LoraSvdEngine, ARankTooLargeForALayerIsNamed) {
