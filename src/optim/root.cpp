@@ -55,12 +55,19 @@ bool root_eligible(const ParameterInfo& info) {
   return info.shape.size() == 2 && info.name != "embed" && info.name != "lm_head";
 }
 
-double root_step_cost(const ParameterInfo& info, int ns_steps) {
-  const auto numel = static_cast<double>(info.numel());
-  if (!root_eligible(info)) return 20.0 * numel;
-  const auto r = static_cast<double>(std::min(info.shape[0], info.shape[1]));
-  const auto c = static_cast<double>(std::max(info.shape[0], info.shape[1]));
-  return ns_steps * (4.0 * r * r * c + 2.0 * r * r * r) + 100.0 * numel;
+std::vector<double> root_step_costs(const std::vector<ParameterInfo>& params, int ns_steps) {
+  std::vector<double> out;
+  for (const ParameterInfo& info : params) {
+    const auto numel = static_cast<double>(info.numel());
+    if (!root_eligible(info)) {
+      out.push_back(20.0 * numel);
+      continue;
+    }
+    const auto r = static_cast<double>(std::min(info.shape[0], info.shape[1]));
+    const auto c = static_cast<double>(std::max(info.shape[0], info.shape[1]));
+    out.push_back(ns_steps * (4.0 * r * r * c + 2.0 * r * r * r) + 100.0 * numel);
+  }
+  return out;
 }
 
 NsOptions root_ns_options(const RootOptions& opt, int64_t rows, int64_t cols, RngStream sr) {

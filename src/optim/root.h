@@ -52,8 +52,8 @@ bool root_eligible(const ParameterInfo& info);
 // The relative work of one optimizer step on this parameter, to balance whole-tensor shards over ranks:
 // for a ROOT matrix (r = min(rows, cols), c = max) ns_steps Newton-Schulz iterations of 4 r^2 c + 2 r^3
 // multiply-adds, plus about 100 operations an element (momentum, quantile clipping, update); for an AdamW
-// parameter about 20 an element. Only the ratios matter.
-double root_step_cost(const ParameterInfo& info, int ns_steps);
+// parameter about 20 an element. Only the ratios matter. One cost per parameter, in order.
+std::vector<double> root_step_costs(const std::vector<ParameterInfo>& params, int ns_steps = kNsDefaultSteps);
 
 struct RootStepInfo {
   float clip_eps = 0;   // the clipping threshold used

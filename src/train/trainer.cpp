@@ -73,9 +73,7 @@ Trainer::Trainer(RunConfig cfg, TrainerOptions options)
 // whole, so its shards are runs of whole tensors balanced by each tensor's step work.
 ShardPlan Trainer::zero1_plan(const std::vector<ParameterInfo>& params, int world) const {
   if (!optimizer_needs_whole_tensors(recipe_.optimizer)) return make_shard_plan(params, world, 128);
-  std::vector<double> costs;
-  for (const ParameterInfo& p : params) costs.push_back(root_step_cost(p, RootOptions{}.ns_steps));
-  return make_tensor_shard_plan(params, world, costs);
+  return make_tensor_shard_plan(params, world, root_step_costs(params, RootOptions{}.ns_steps));
 }
 
 void Trainer::set_up_data_parallel(int64_t resume_step) {
@@ -102,7 +100,9 @@ void Trainer::set_up_data_parallel(int64_t resume_step) {
             " but other ranks found others: the ranks must share the run directory");
   log("data parallel: " + std::to_string(world) + " rank(s) over " + comm_->backend() +
       ", ZeRO-1 shards of " + std::to_string(smallest) + ".." + std::to_string(largest) + " parameters" +
-      (plan.align == 1 ? " (whole tensors, for " + recipe_.optimizer + "'s Newton-Schulz), " : ", ") +
+      (optimizer_needs_whole_tensors(recipe_.optimizer)
+           ? " (whole tensors, for " + recipe_.optimizer + "'s Newton-Schulz), "
+           : ", ") +
       std::to_string(cfg_.data.batch) + " rows per micro-batch split over the ranks, " + reduction);
 }
 

@@ -737,7 +737,7 @@ TEST_P(CudaRootEngine, TrainsAndItsStateMovesToTheCpuEngineAndBack) {
                                                   pool[0], h, "device communicator");
 }
 
-// The CUDA engine with ROOT data-parallel on the trainer's plan (whole tensors, balanced by root_step_cost):
+// The CUDA engine with ROOT data-parallel on the trainer's plan (whole tensors, balanced by root_step_costs):
 // two ranks as threads on one GPU (host-staged communicator, reductions not overlapped), each fed the same
 // micro-batch, so each rank's gradient is half the single engine's and their sum is its gradient exactly;
 // after 3 steps every parameter equals the single engine's bit for bit, and the gathered checkpoint is its
@@ -772,9 +772,7 @@ TEST(CudaRootEngineShards, TwoThreadRanksOnTheTrainersPlanMatchOneEngine) {
     test::run_threads<test::StagedThreadComm>(2, [&](Communicator& comm) {
       try {
         auto e = make_cuda_engine(cfg, recipe, seed);
-        std::vector<double> costs;
-        for (const auto& p : e->parameters()) costs.push_back(root_step_cost(p, RootOptions{}.ns_steps));
-        const ShardPlan plan = make_tensor_shard_plan(e->parameters(), 2, costs);
+        const ShardPlan plan = make_tensor_shard_plan(e->parameters(), 2, root_step_costs(e->parameters()));
         DataParallel dp{&comm, {}};
         for (const auto& r : plan.ranks) dp.shards.push_back({r.begin, r.end});
         e->set_data_parallel(dp);

@@ -100,7 +100,7 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, RootEngine,
                          ::testing::Values("optimizer=root", "optimizer=root-bf16", "optimizer=q-root"),
                          test_name);
 
-// ZeRO-1 shards of whole tensors (the trainer's plan for ROOT, balanced by root_step_cost): two ranks fed
+// ZeRO-1 shards of whole tensors (the trainer's plan for ROOT, balanced by root_step_costs): two ranks fed
 // the same batch sum to one rank's gradient exactly, so every ROOT matrix and AdamW parameter steps as in
 // one rank, bit for bit. A 128-element plan, which cuts matrices, is refused naming the parameter.
 TEST(RootEngine, WholeTensorShardsMatchOneRank) {
@@ -110,9 +110,7 @@ TEST(RootEngine, WholeTensorShardsMatchOneRank) {
     const ModelConfig cfg = model_preset("tiny");
     const Recipe recipe = load_recipe("bf16", {optimizer});
     testing::expect_two_ranks_match_one_rank(cfg, recipe, seed, [](const std::vector<ParameterInfo>& params) {
-      std::vector<double> costs;
-      for (const auto& p : params) costs.push_back(root_step_cost(p, RootOptions{}.ns_steps));
-      const ShardPlan plan = make_tensor_shard_plan(params, 2, costs);
+      const ShardPlan plan = make_tensor_shard_plan(params, 2, root_step_costs(params));
       EXPECT_GT(plan.ranks[0].size(), 0);
       EXPECT_GT(plan.ranks[1].size(), 0);
       return plan;
@@ -130,9 +128,7 @@ TEST(RootEngine, FlagshipPresetsOnWholeTensorShardsMatchOneRank) {
     testing::expect_two_ranks_match_one_rank(
         model_preset("tiny"), recipe, logged_seed(),
         [](const std::vector<ParameterInfo>& params) {
-          std::vector<double> costs;
-          for (const auto& p : params) costs.push_back(root_step_cost(p, RootOptions{}.ns_steps));
-          return make_tensor_shard_plan(params, 2, costs);
+          return make_tensor_shard_plan(params, 2, root_step_costs(params));
         },
         4);
   }

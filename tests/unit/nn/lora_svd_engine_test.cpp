@@ -175,10 +175,9 @@ TEST(LoraSvdEngine, DataParallelRanksRealignAlike) {
     std::vector<std::vector<IndexRange>> shards_seen(2);
     test::run_threads(2, [&](Communicator& comm) {
       auto e = make_cpu_engine(cfg, recipe, seed);
-      std::vector<double> costs;
-      for (const auto& p : e->parameters()) costs.push_back(root_step_cost(p, RootOptions{}.ns_steps));
       const ShardPlan plan =
-          root ? make_tensor_shard_plan(e->parameters(), 2, costs) : make_shard_plan(e->parameters(), 2);
+          root ? make_tensor_shard_plan(e->parameters(), 2, root_step_costs(e->parameters()))
+               : make_shard_plan(e->parameters(), 2);
       std::vector<IndexRange> shards;
       for (const RankShard& r : plan.ranks) shards.push_back({r.begin, r.end});
       e->set_data_parallel({&comm, shards});

@@ -94,6 +94,27 @@ TEST(Root, EligibleParameters) {
 }
 
 // Two steps against the formulas written out: momentum, Nesterov blend, clipping, NS, scaled update.
+// The step work the whole-tensor shard plan balances: Newton-Schulz products for a ROOT matrix (the same
+// for its transpose), an elementwise pass for everything AdamW steps, one cost per parameter in order.
+TEST(Root, StepCostsFollowNewtonSchulzWorkAndElementCounts) {
+  const std::vector<ParameterInfo> params = {{"embed", {1000, 128}, false},
+                                             {"blocks.0.attn.wqkv", {384, 128}, true},
+                                             {"blocks.0.attn_norm", {128}, false},
+                                             {"blocks.0.mlp.w_down", {128, 384}, true},
+                                             {"lm_head", {1000, 128}, true}};
+  const std::vector<double> c = root_step_costs(params, 5);
+  ASSERT_EQ(c.size(), params.size());
+  const double r = 128, n = 384;
+  EXPECT_EQ(c[0], 20.0 * 1000 * 128);
+  EXPECT_EQ(c[1], 5 * (4 * r * r * n + 2 * r * r * r) + 100.0 * r * n);
+  EXPECT_EQ(c[2], 20.0 * 128);
+  EXPECT_EQ(c[3], c[1]);  // a matrix and its transpose do the same work
+  EXPECT_EQ(c[4], c[0]);
+  EXPECT_GT(root_step_costs(params, 6)[1], c[1]);  // more iterations, more work
+  EXPECT_EQ(root_step_costs(params, 6)[0], c[0]);
+  EXPECT_TRUE(root_step_costs({}, 5).empty());
+}
+
 TEST(Root, StepMatchesTheFormulas) {
   auto rng = fresh_rng();
   const int64_t r = 24, c = 40, n = r * c;
