@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "../unit/model/engine_parameters.h"
 #include "core/error.h"
 #include "dist/shard_plan.h"
 #include "model/config.h"
@@ -754,16 +755,7 @@ TEST(CudaRootEngineShards, TwoThreadRanksOnTheTrainersPlanMatchOneEngine) {
     h.lr = 3e-3f;
     auto one = make_cuda_engine(cfg, recipe, seed);
     for (int step = 0; step < 3; ++step) one->train_step({&batch, 1}, h);
-    const auto values_of = [](TrainingEngine& e) {
-      std::vector<float> out;
-      for (const auto& p : e.parameters()) {
-        std::vector<float> v(static_cast<size_t>(p.numel()));
-        e.read_parameter(p.name, v);
-        out.insert(out.end(), v.begin(), v.end());
-      }
-      return out;
-    };
-    const std::vector<float> want = values_of(*one);
+    const std::vector<float> want = testing::all_parameters(*one);
     const std::vector<StateTensor> want_state = one->save_state();
     std::vector<std::vector<float>> got(2);
     std::vector<std::vector<StateTensor>> got_state(2);
@@ -778,7 +770,7 @@ TEST(CudaRootEngineShards, TwoThreadRanksOnTheTrainersPlanMatchOneEngine) {
         e->set_data_parallel(dp);
         dynamic_cast<GradientOverlap&>(*e).set_overlap(false);
         for (int step = 0; step < 3; ++step) e->train_step({&batch, 1}, h);
-        std::vector<float> v = values_of(*e);
+        std::vector<float> v = testing::all_parameters(*e);
         std::vector<StateTensor> st = e->save_state();  // collective
         const std::lock_guard<std::mutex> lock(mu);
         got[static_cast<size_t>(comm.rank())] = std::move(v);

@@ -8,9 +8,12 @@
 
 #include "../ops/gradcheck.h"
 #include "core/error.h"
+#include "engine_parameters.h"
 
 namespace fp4 {
 namespace {
+
+using testing::all_parameters;
 
 ModelConfig small_config() {
   ModelConfig cfg;
@@ -33,16 +36,6 @@ Batch random_batch(std::mt19937& rng, const ModelConfig& cfg, int b, int t, int 
   for (auto& x : batch.targets) x = tok(rng);
   for (int i = 0; i < n_ignored; ++i) batch.targets[static_cast<size_t>(i * 3) % batch.targets.size()] = -1;
   return batch;
-}
-
-std::vector<float> all_parameters(const TrainingEngine& e) {
-  std::vector<float> out;
-  for (const auto& p : e.parameters()) {
-    std::vector<float> v(static_cast<size_t>(p.numel()));
-    e.read_parameter(p.name, v);
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
 }
 
 std::string error_of(const std::function<void()>& f) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine_parameters.h"
 #include "model/cpu_engine.h"
 #include "model/engine.h"
 #include "recipe/recipe.h"
@@ -47,16 +48,6 @@ inline Batch next_token_batch(const ModelConfig& cfg, int b, int t, uint32_t see
   for (int i = 0; i < b * t; ++i)
     batch.targets.push_back((i + 1) % t ? batch.tokens[static_cast<size_t>(i + 1)] : tok(rng));
   return batch;
-}
-
-inline std::vector<float> all_parameters(const TrainingEngine& e) {
-  std::vector<float> out;
-  for (const auto& p : e.parameters()) {
-    std::vector<float> v(static_cast<size_t>(p.numel()));
-    e.read_parameter(p.name, v);
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
 }
 
 // `steps` steps on `batch` at lr 3e-3; returns the last loss, and the first in *first when given.

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 
+#include "../model/engine_parameters.h"
 #include "dist/launcher.h"
 #include "test_util.h"
 #include "train/file_io.h"
@@ -24,17 +25,6 @@ using testing::TempDir;
 constexpr const char* kConfigVar = "FP4_DP_TEST_CONFIG";
 constexpr const char* kDumpVar = "FP4_DP_TEST_DUMP";  // a folder: each rank writes its final weights there
 
-// Every parameter's FP32 values, concatenated in parameters() order.
-std::vector<float> all_weights(TrainingEngine& e) {
-  std::vector<float> out;
-  for (const auto& p : e.parameters()) {
-    std::vector<float> w(static_cast<size_t>(p.numel()));
-    e.read_parameter(p.name, w);
-    out.insert(out.end(), w.begin(), w.end());
-  }
-  return out;
-}
-
 // Entry point of the rank processes; skipped when the test binary runs normally.
 TEST(DataParallelChild, RunsOneRank) {
   const char* path = std::getenv(kConfigVar);
@@ -48,7 +38,7 @@ TEST(DataParallelChild, RunsOneRank) {
   const TrainResult r = t.run();
   EXPECT_EQ(r.step, cfg.train.steps);
   if (const char* dump = std::getenv(kDumpVar)) {
-    const std::vector<float> w = all_weights(t.engine());
+    const std::vector<float> w = testing::all_parameters(t.engine());
     write_file_atomically(fs::path(dump) / ("rank" + std::to_string(t.dist().rank) + ".f32"),
                           std::string(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(float)));
   }
@@ -216,7 +206,7 @@ TEST_F(DataParallelTest, OsciResetRunsOnEveryRankAndResumesOnOtherRankCounts) {
     o.dist = DistEnv{};
     Trainer reloaded(two, o);  // resumes at step 9: nothing left to train, the checkpoint's weights
     ASSERT_TRUE(reloaded.resumed());
-    const std::vector<float> w = all_weights(reloaded.engine());
+    const std::vector<float> w = testing::all_parameters(reloaded.engine());
     EXPECT_TRUE(std::string(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(float)) == w0);
   }
   // Another summation order moves weights by ~1e-7, enough to flip a borderline element across the reset
