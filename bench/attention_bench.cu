@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -132,20 +133,25 @@ void bench_shape(const Shape& s, int reps) {
                                   nullptr);
   };
   report("fp4train attention (entry points)", s, time_pair(fwd_public, bwd_public, reps));
-  {
-    // Q-Attn: NVFP4 Q^, K^ (forward) and dS, K^^T, dS^T, Q^^T (backward), per (batch, head) slice.
+  // Q-Attn: NVFP4 Q^, K^ (forward) and dS, K^^T, dS^T, Q^^T (backward), in both forms: fused (the default:
+  // no T x T matrix, dS quantized in the kernel) and sliced (per (batch, head) slice, scores stored).
+  for (const auto& [kernel, label] :
+       {std::pair{fp4::cuda::QAttnKernel::kFused, "Q-Attn fused (attention.q_attn)"},
+        std::pair{fp4::cuda::QAttnKernel::kSliced, "Q-Attn sliced (first form)"}}) {
     fp4::cuda::GemmRunner gemm;
     fp4::cuda::QAttnWorkspace qws;
-    fp4::cuda::QAttentionCuda qa(0);
+    fp4::cuda::QAttentionCuda qa(0, kernel);
     const fp4::AttnShape as{s.B, s.T, s.H, s.D};
     fp4::QuantContext ctx;
     ctx.seed = 1;
-    auto fwd_q = [&] { qa.forward(q, k, v, ld, buf.out.data(), buf.hd, as, ctx, qws, gemm, nullptr); };
-    auto bwd_q = [&] {
-      qa.backward(v, ld, buf.dout.data(), buf.hd, dq, dq + buf.hd, dq + 2 * buf.hd, ld, as, qws, gemm,
-                  nullptr);
+    auto fwd_q = [&] {
+      qa.forward(q, k, v, ld, buf.out.data(), buf.hd, buf.lse.data(), as, ctx, qws, gemm, nullptr);
     };
-    report("Q-Attn (attention.q_attn)", s, time_pair(fwd_q, bwd_q, reps));
+    auto bwd_q = [&] {
+      qa.backward(v, ld, buf.out.data(), buf.lse.data(), buf.dout.data(), buf.hd, dq, dq + buf.hd,
+                  dq + 2 * buf.hd, ld, as, qws, gemm, nullptr);
+    };
+    report(label, s, time_pair(fwd_q, bwd_q, reps));
   }
   // The forward before the wgmma kernel: the same entry points with the mma.sync forward selected.
   setenv("FP4_ATTENTION_FWD", "mma", 1);

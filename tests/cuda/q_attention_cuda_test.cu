@@ -1,9 +1,11 @@
-// Q-Attn on the GPU (nn/cuda/q_attention_cuda.h) against the CPU reference QAttentionCpu on the same
-// BF16-representable inputs, seeds and call counter: the quantized Q^, K^ and the last slice's four backward
-// operands (dS, dS^T, K^^T, Q^^T: their FP32 inputs re-quantized on the CPU) bit for bit; the output and the
-// three gradients within stated tolerances (BF16 probabilities in P V and P^T dO, BF16 outputs); the
-// backward's recomputed probabilities equal the forward's; the random bits follow the call counter; errors;
-// and the CUDA engine training a small model with attention.q_attn on.
+// Q-Attn on the GPU (nn/cuda/q_attention_cuda.h), both forms, against the CPU reference QAttentionCpu on
+// the same BF16-representable inputs, seeds and call counter. Sliced form: the quantized Q^, K^ and the last
+// slice's four backward operands (dS, dS^T, K^^T, Q^^T: their FP32 inputs re-quantized on the CPU) bit for
+// bit; the backward's recomputed probabilities equal the forward's. Fused form: Q^, K^, every slice's K^^T
+// and Q^^T, and the Q(dS), Q(dS^T) the kernel made from its own FP32 dS (the CPU quantizer on that dS, with
+// the CPU's streams) bit for bit. Both: the output and the three gradients within stated tolerances (BF16
+// probabilities in P V and P^T dO, BF16 outputs), the random bits follow the call counter; errors; and the
+// CUDA engine training small models with attention.q_attn on (head_dim 32: sliced; 64: fused).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -155,17 +157,62 @@ struct Problem {
     dqkv = DeviceBuffer<bf16>(host.size());
   }
 
+  DeviceBuffer<float> lse{static_cast<size_t>(s.rows()) * s.heads};
+
   void forward(cuda::QAttentionCuda& qa, const QuantContext& ctx, cuda::QAttnWorkspace& ws,
                cuda::GemmRunner& gemm) {
     const bf16* p = qkv.data();
-    qa.forward(p, p + d(), p + 2 * d(), 3 * d(), out.data(), d(), s, ctx, ws, gemm, nullptr);
+    qa.forward(p, p + d(), p + 2 * d(), 3 * d(), out.data(), d(), lse.data(), s, ctx, ws, gemm, nullptr);
   }
   void backward(cuda::QAttentionCuda& qa, cuda::QAttnWorkspace& ws, cuda::GemmRunner& gemm) {
     bf16* g = dqkv.data();
-    qa.backward(qkv.data() + 2 * d(), 3 * d(), dout_dev.data(), d(), g, g + d(), g + 2 * d(), 3 * d(), s, ws,
-                gemm, nullptr);
+    qa.backward(qkv.data() + 2 * d(), 3 * d(), out.data(), lse.data(), dout_dev.data(), d(), g, g + d(),
+                g + 2 * d(), 3 * d(), s, ws, gemm, nullptr);
   }
 };
+
+// The CPU reference's results for pr's inputs, and the norm-wise errors of the device's against them.
+struct CpuResults {
+  std::vector<float> out, probs, dq, dk, dv;
+};
+CpuResults run_cpu(QAttentionCpu& cpu, const Problem& pr, const QuantContext& ctx) {
+  const AttnShape& s = pr.s;
+  const size_t nd = static_cast<size_t>(s.rows() * pr.d());
+  CpuResults r{std::vector<float>(nd), std::vector<float>(static_cast<size_t>(s.b) * s.heads * s.t * s.t),
+               std::vector<float>(nd), std::vector<float>(nd), std::vector<float>(nd)};
+  cpu.forward(r.out.data(), pr.d(), r.probs.data(), pr.q.data(), pr.k.data(), pr.v.data(), pr.d(), s, ctx);
+  cpu.backward(r.dq.data(), r.dk.data(), r.dv.data(), pr.d(), pr.dout.data(), pr.d(), r.probs.data(),
+               pr.v.data(), pr.d(), s);
+  return r;
+}
+
+// Output and gradients of pr (after a backward) against the CPU's: within tolerance, and dQ, dK visibly
+// quantized (one SR draw is far from the exact gradient of the quantized forward).
+void expect_results_near_cpu(Problem& pr, const CpuResults& want, const QAttentionCpu& cpu, const char* form) {
+  const AttnShape& s = pr.s;
+  const int64_t n = s.rows();
+  const int d = pr.d();
+  const size_t nd = static_cast<size_t>(n * d);
+  const std::vector<bf16> g = download(pr.dqkv.data(), static_cast<size_t>(n) * 3 * d);
+  const double e_out = rel_err(want.out, to_float(download(pr.out.data(), nd)));
+  const double e_dq = rel_err(want.dq, columns(g, n, 3 * d, 0, d));
+  const double e_dk = rel_err(want.dk, columns(g, n, 3 * d, d, d));
+  const double e_dv = rel_err(want.dv, columns(g, n, 3 * d, 2 * d, d));
+  std::cout << form << " b " << s.b << " t " << s.t << " heads " << s.heads << " hd " << s.head_dim
+            << ": rel err out " << e_out << " dq " << e_dq << " dk " << e_dk << " dv " << e_dv << "\n";
+  EXPECT_LT(e_out, kOutTol);
+  EXPECT_LT(e_dv, kOutTol);
+  EXPECT_LT(e_dq, kGradTol);
+  EXPECT_LT(e_dk, kGradTol);
+  if (s.t >= 16) {
+    std::vector<float> eq(nd), ek(nd), ev(nd), scratch(static_cast<size_t>(s.t) * s.t);
+    cpu::attention_backward(eq.data(), d, ek.data(), d, ev.data(), d, scratch.data(), pr.dout.data(), d,
+                            want.probs.data(), cpu.q_hat().data(), d, cpu.k_hat().data(), d, pr.v.data(), d, s.b,
+                            s.t, s.heads, s.head_dim);
+    EXPECT_GT(rel_err(eq, columns(g, n, 3 * d, 0, d)), 0.01) << "dQ looks unquantized";
+    EXPECT_GT(rel_err(ek, columns(g, n, 3 * d, d, d)), 0.01) << "dK looks unquantized";
+  }
+}
 
 class QAttnCudaVsCpu : public ::testing::TestWithParam<std::tuple<int, int, int, int>> {};
 
@@ -187,7 +234,7 @@ TEST_P(QAttnCudaVsCpu, QuantizedOperandsBitIdenticalAndResultsWithinTolerance) {
 
   cuda::GemmRunner gemm;
   cuda::QAttnWorkspace ws;
-  cuda::QAttentionCuda qa(layer);
+  cuda::QAttentionCuda qa(layer, cuda::QAttnKernel::kSliced);
   pr.forward(qa, ctx, ws, gemm);
   const size_t tt = static_cast<size_t>(t) * ws.tp;
   const std::vector<bf16> fwd_probs = download(ws.probs_bf16.data(), tt);  // the last slice's
@@ -247,29 +294,7 @@ TEST_P(QAttnCudaVsCpu, QuantizedOperandsBitIdenticalAndResultsWithinTolerance) {
   expect_operand_matches_cpu(ws.kt, sr, q_attn_randomness(ctx, layer, last, QAttnPurpose::kSrKt), "K^^T");
   expect_operand_matches_cpu(ws.qt, sr, q_attn_randomness(ctx, layer, last, QAttnPurpose::kSrQt), "Q^^T");
 
-  // Results against the CPU reference.
-  const std::vector<bf16> g = download(pr.dqkv.data(), static_cast<size_t>(n) * 3 * d);
-  const double e_out = rel_err(out, to_float(download(pr.out.data(), nd)));
-  const double e_dq = rel_err(dq, columns(g, n, 3 * d, 0, d));
-  const double e_dk = rel_err(dk, columns(g, n, 3 * d, d, d));
-  const double e_dv = rel_err(dv, columns(g, n, 3 * d, 2 * d, d));
-  std::cout << "b " << b << " t " << t << " heads " << heads << " hd " << hd << ": rel err out " << e_out
-            << " dq " << e_dq << " dk " << e_dk << " dv " << e_dv << "\n";
-  EXPECT_LT(e_out, kOutTol);
-  EXPECT_LT(e_dv, kOutTol);
-  EXPECT_LT(e_dq, kGradTol);
-  EXPECT_LT(e_dk, kGradTol);
-
-  // The backward is quantized: one draw is far from the exact gradient of the quantized forward (for
-  // sequences long enough that dS is not all zero).
-  if (t >= 16) {
-    std::vector<float> eq(nd), ek(nd), ev(nd), scratch(static_cast<size_t>(t) * t);
-    cpu::attention_backward(eq.data(), d, ek.data(), d, ev.data(), d, scratch.data(), pr.dout.data(), d,
-                            probs.data(), cpu.q_hat().data(), d, cpu.k_hat().data(), d, pr.v.data(), d, b, t,
-                            heads, hd);
-    EXPECT_GT(rel_err(eq, columns(g, n, 3 * d, 0, d)), 0.01) << "dQ looks unquantized";
-    EXPECT_GT(rel_err(ek, columns(g, n, 3 * d, d, d)), 0.01) << "dK looks unquantized";
-  }
+  expect_results_near_cpu(pr, CpuResults{out, probs, dq, dk, dv}, cpu, "sliced");
 }
 
 // (b, t, heads, head_dim): odd and short sequences, both fused-kernel head sizes and the tiny model's 32.
@@ -278,7 +303,122 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QAttnCudaVsCpu,
                                            std::tuple{2, 21, 2, 32}, std::tuple{1, 130, 2, 128},
                                            std::tuple{3, 16, 1, 64}));
 
-TEST(QAttnCuda, SameCallSameBitsOtherCallOtherBits) {
+class QAttnFusedVsCpu : public ::testing::TestWithParam<std::tuple<int, int, int, int>> {};
+
+TEST_P(QAttnFusedVsCpu, QuantizedOperandsBitIdenticalAndResultsWithinTolerance) {
+  const auto [b, t, heads, hd] = GetParam();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", b " + std::to_string(b) + " t " + std::to_string(t) +
+               " heads " + std::to_string(heads) + " head_dim " + std::to_string(hd));
+  std::mt19937 rng(seed);
+  const AttnShape s{b, t, heads, hd};
+  Problem pr(s, rng);
+  const int64_t n = s.rows();
+  const int d = s.width(), tp = (t + 15) / 16 * 16, slices = b * heads;
+  const size_t nd = static_cast<size_t>(n * d), per_slice = static_cast<size_t>(t) * tp;
+  const int layer = 9;
+  QuantContext ctx;
+  ctx.seed = seed;
+  ctx.call = 11;
+
+  cuda::GemmRunner gemm;
+  cuda::QAttnWorkspace ws;
+  cuda::QAttentionCuda qa(layer, cuda::QAttnKernel::kFused);
+  DeviceBuffer<float> dbg_ds(per_slice * slices);
+  DeviceBuffer<bf16> dbg_rows(per_slice * slices), dbg_cols(per_slice * slices);
+  FP4_CUDA_CHECK(cudaMemset(dbg_ds.data(), 0, dbg_ds.bytes()));
+  FP4_CUDA_CHECK(cudaMemset(dbg_rows.data(), 0, dbg_rows.bytes()));
+  FP4_CUDA_CHECK(cudaMemset(dbg_cols.data(), 0, dbg_cols.bytes()));
+  qa.set_fused_debug({dbg_ds.data(), dbg_rows.data(), dbg_cols.data()});
+  pr.forward(qa, ctx, ws, gemm);
+  pr.backward(qa, ws, gemm);
+  FP4_CUDA_CHECK(cudaDeviceSynchronize());
+  ASSERT_TRUE(ws.fused);
+
+  QAttentionCpu cpu(layer);
+  const CpuResults want = run_cpu(cpu, pr, ctx);
+  for (auto [view, ref, name] :
+       {std::tuple{qa.q_quantized(), &cpu.q_hat(), "Q^"}, std::tuple{qa.k_quantized(), &cpu.k_hat(), "K^"}}) {
+    DeviceBuffer<float> deq(nd);
+    dequantize_nvfp4_cuda(view, DequantOutput{deq.data(), QuantIoType::kF32, true}, nullptr);
+    expect_same_bits(*ref, download(deq.data(), nd), name);
+  }
+
+  // Every slice's K^^T and Q^^T: the CPU quantizer on the transposed, zero-padded views with its streams.
+  const QuantSpec sr = q_attn_spec(Rounding::kSr);
+  const std::vector<bf16> kt_bar = download(ws.kt_bar.data(), nd), qt_bar = download(ws.qt_bar.data(), nd);
+  const std::vector<float> sdec_kt = download(ws.sdec_kt.data(), static_cast<size_t>(slices)),
+                           sdec_qt = download(ws.sdec_qt.data(), static_cast<size_t>(slices));
+  for (int slice = 0; slice < slices; ++slice) {
+    const int bi = slice / heads, h = slice % heads;
+    for (auto [hat, bar, sdec, purpose, name] :
+         {std::tuple{&cpu.k_hat(), &kt_bar, &sdec_kt, QAttnPurpose::kSrKt, "K^^T"},
+          std::tuple{&cpu.q_hat(), &qt_bar, &sdec_qt, QAttnPurpose::kSrQt, "Q^^T"}}) {
+      std::vector<float> op(static_cast<size_t>(hd) * tp, 0.0f);
+      for (int c = 0; c < hd; ++c)
+        for (int j = 0; j < t; ++j)
+          op[static_cast<size_t>(c) * tp + j] = (*hat)[(static_cast<size_t>(bi) * t + j) * d + h * hd + c];
+      const Nvfp4Tensor q = quantize_nvfp4(op.data(), hd, tp, sr, q_attn_randomness(ctx, layer, slice, purpose));
+      std::vector<uint16_t> ref(op.size());
+      dequantize_bf16(q, ref.data(), false);
+      bool same = bits_of(q.outer_scales[0]) == bits_of((*sdec)[static_cast<size_t>(slice)]);
+      for (int c = 0; c < hd && same; ++c)
+        for (int j = 0; j < t && same; ++j)
+          same = ref[static_cast<size_t>(c) * tp + j] ==
+                 bits_of((*bar)[(static_cast<size_t>(bi) * t + j) * d + h * hd + c]);
+      EXPECT_TRUE(same) << name << " of slice " << slice << " differs from the CPU quantizer's";
+    }
+  }
+
+  // Q(dS) and Q(dS^T) as the kernel made them, against the CPU quantizer on the kernel's own FP32 dS.
+  const std::vector<float> ds_all = download(dbg_ds.data(), per_slice * slices);
+  const std::vector<bf16> rows_all = download(dbg_rows.data(), per_slice * slices),
+                          cols_all = download(dbg_cols.data(), per_slice * slices);
+  double ds_norm = 0;
+  for (int slice = 0; slice < slices; ++slice) {
+    const size_t off = static_cast<size_t>(slice) * per_slice;
+    std::vector<float> ds(ds_all.begin() + off, ds_all.begin() + off + per_slice), dst(per_slice, 0.0f);
+    for (int i = 0; i < t; ++i)
+      for (int j = 0; j < t; ++j) {
+        dst[static_cast<size_t>(j) * tp + i] = ds[static_cast<size_t>(i) * tp + j];
+        ds_norm += static_cast<double>(ds[static_cast<size_t>(i) * tp + j]) * ds[static_cast<size_t>(i) * tp + j];
+        if (j > i && ds[static_cast<size_t>(i) * tp + j] != 0.0f) ADD_FAILURE() << "dS above the diagonal";
+      }
+    for (auto [input, got_all, purpose, name] :
+         {std::tuple{&ds, &rows_all, QAttnPurpose::kSrDsRows, "Q(dS)"},
+          std::tuple{&dst, &cols_all, QAttnPurpose::kSrDsCols, "Q(dS^T)"}}) {
+      const Nvfp4Tensor q = quantize_nvfp4(input->data(), t, tp, sr, q_attn_randomness(ctx, layer, slice, purpose));
+      std::vector<uint16_t> ref(per_slice);
+      dequantize_bf16(q, ref.data(), false);
+      size_t first_diff = per_slice;
+      for (int i = 0; i < t && first_diff == per_slice; ++i)
+        for (int j = 0; j < t; ++j) {  // the kernel writes columns below t; the padding is zero on both sides
+          const size_t at = static_cast<size_t>(i) * tp + j;
+          if (ref[at] != bits_of((*got_all)[off + at])) {
+            first_diff = at;
+            break;
+          }
+        }
+      EXPECT_EQ(first_diff, per_slice) << name << " of slice " << slice << " differs at row "
+                                       << first_diff / tp << ", column " << first_diff % tp;
+    }
+  }
+  if (t >= 2) EXPECT_GT(ds_norm, 0.0) << "the debug dS was never written";
+
+  expect_results_near_cpu(pr, want, cpu, "fused");
+}
+
+// (b, t, heads, head_dim): one token, lengths below, at and across the kernels' 64- and 128-row tiles.
+INSTANTIATE_TEST_SUITE_P(Shapes, QAttnFusedVsCpu,
+                         ::testing::Values(std::tuple{2, 37, 3, 64}, std::tuple{1, 1, 2, 128},
+                                           std::tuple{1, 130, 2, 128}, std::tuple{3, 16, 1, 64},
+                                           std::tuple{1, 200, 2, 64}, std::tuple{2, 128, 2, 64}));
+
+// The same call counter gives the same bits (dK, dV; dQ within the run-to-run spread of the fused kernel's
+// float atomics), another counter other bits, in both forms.
+class QAttnCudaForms : public ::testing::TestWithParam<cuda::QAttnKernel> {};
+
+TEST_P(QAttnCudaForms, SameCallSameBitsOtherCallOtherBits) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
@@ -286,7 +426,9 @@ TEST(QAttnCuda, SameCallSameBitsOtherCallOtherBits) {
   Problem pr(s, rng);
   cuda::GemmRunner gemm;
   cuda::QAttnWorkspace ws;
-  cuda::QAttentionCuda qa(0);
+  cuda::QAttentionCuda qa(0, GetParam());
+  const int64_t n = s.rows();
+  const int d = s.width();
   auto grads = [&](uint64_t call) {
     QuantContext ctx;
     ctx.seed = seed;
@@ -294,14 +436,27 @@ TEST(QAttnCuda, SameCallSameBitsOtherCallOtherBits) {
     pr.forward(qa, ctx, ws, gemm);
     pr.backward(qa, ws, gemm);
     FP4_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<uint16_t> bits;
-    for (bf16 x : download(pr.dqkv.data(), pr.dqkv.size())) bits.push_back(bits_of(x));
-    return bits;
+    return download(pr.dqkv.data(), pr.dqkv.size());
+  };
+  auto bits = [&](const std::vector<bf16>& g, int part) {
+    std::vector<uint16_t> r;
+    for (int64_t row = 0; row < n; ++row)
+      for (int c = 0; c < d; ++c) r.push_back(bits_of(g[static_cast<size_t>(row * 3 * d + part * d + c)]));
+    return r;
   };
   const auto a = grads(1), again = grads(1), other = grads(2);
-  EXPECT_EQ(a, again);
-  EXPECT_NE(a, other);
+  EXPECT_EQ(bits(a, 1), bits(again, 1)) << "dK";
+  EXPECT_EQ(bits(a, 2), bits(again, 2)) << "dV";
+  if (GetParam() == cuda::QAttnKernel::kSliced)
+    EXPECT_EQ(bits(a, 0), bits(again, 0)) << "dQ";
+  else
+    EXPECT_LT(rel_err(columns(a, n, 3 * d, 0, d), columns(again, n, 3 * d, 0, d)), 1e-2) << "dQ";
+  EXPECT_NE(bits(a, 1), bits(other, 1)) << "dK with another call counter";
+  EXPECT_NE(bits(a, 0), bits(other, 0)) << "dQ with another call counter";
 }
+
+INSTANTIATE_TEST_SUITE_P(Forms, QAttnCudaForms,
+                         ::testing::Values(cuda::QAttnKernel::kFused, cuda::QAttnKernel::kSliced));
 
 TEST(QAttnCuda, ShapeErrorsAreNamed) {
   cuda::GemmRunner gemm;
@@ -310,21 +465,33 @@ TEST(QAttnCuda, ShapeErrorsAreNamed) {
   DeviceBuffer<bf16> buf(4096);
   const bf16* p = buf.data();
   const std::string hd8 = testing::error_of([&] {
-    qa.forward(p, p, p, 32, buf.data(), 32, AttnShape{1, 4, 4, 8}, QuantContext{}, ws, gemm, nullptr);
+    qa.forward(p, p, p, 32, buf.data(), 32, nullptr, AttnShape{1, 4, 4, 8}, QuantContext{}, ws, gemm, nullptr);
   });
   EXPECT_NE(hd8.find("head_dim 8 must be a multiple of 16"), std::string::npos) << hd8;
   const std::string no_fwd = testing::error_of([&] {
-    qa.backward(p, 32, p, 32, buf.data(), buf.data(), buf.data(), 32, AttnShape{1, 4, 2, 16}, ws, gemm,
-                nullptr);
+    qa.backward(p, 32, p, nullptr, p, 32, buf.data(), buf.data(), buf.data(), 32, AttnShape{1, 4, 2, 16}, ws,
+                gemm, nullptr);
   });
   EXPECT_NE(no_fwd.find("backward without a matching forward"), std::string::npos) << no_fwd;
   const std::string stride = testing::error_of([&] {
-    qa.forward(p, p, p, 20, buf.data(), 32, AttnShape{1, 4, 1, 16}, QuantContext{}, ws, gemm, nullptr);
+    qa.forward(p, p, p, 20, buf.data(), 32, nullptr, AttnShape{1, 4, 1, 16}, QuantContext{}, ws, gemm, nullptr);
   });
   EXPECT_NE(stride.find("row strides (20, 32) must be multiples of 8"), std::string::npos) << stride;
   EXPECT_NE(
       testing::error_of([] { cuda::QAttentionCuda bad(256); }).find("does not fit the random-stream id"),
       std::string::npos);
+  cuda::QAttentionCuda fused(0, cuda::QAttnKernel::kFused);
+  DeviceBuffer<float> lse(64);
+  const std::string hd32 = testing::error_of([&] {
+    fused.forward(p, p, p, 32, buf.data(), 32, lse.data(), AttnShape{1, 4, 1, 32}, QuantContext{}, ws, gemm,
+                  nullptr);
+  });
+  EXPECT_NE(hd32.find("the fused form takes head_dim 64 or 128, not 32"), std::string::npos) << hd32;
+  cuda::QAttentionCuda any(0);
+  const std::string no_lse = testing::error_of([&] {
+    any.forward(p, p, p, 64, buf.data(), 64, nullptr, AttnShape{1, 4, 1, 64}, QuantContext{}, ws, gemm, nullptr);
+  });
+  EXPECT_NE(no_lse.find("the fused form needs the lse buffer"), std::string::npos) << no_lse;
 }
 
 // The CUDA engine trains with attention.q_attn on: the loss falls, the first step's loss equals the CPU

@@ -168,8 +168,8 @@ void CudaOlmo2::run_attention_forward(int l, const LayerActivations& la) {
   const int d = cfg_.d_model, h = cfg_.n_heads, hd = cfg_.head_dim();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const bf16* q = la.qkv_rot;
-  if (!q_attn_.empty())  // NVFP4 score-side products (docs/Q_ATTN.md); no LSE is saved
-    q_attn_[static_cast<size_t>(l)]->forward(q, q + d, q + 2 * d, 3 * d, la.att, d,
+  if (!q_attn_.empty())  // NVFP4 score-side products (docs/Q_ATTN.md); the fused form saves the LSE
+    q_attn_[static_cast<size_t>(l)]->forward(q, q + d, q + 2 * d, 3 * d, la.att, d, la.lse,
                                              {acts_->b, acts_->t, h, hd}, quant_ctx_, *q_attn_ws_, gemm_,
                                              stream_);
   else if (fused_attention_supports(hd))
@@ -186,8 +186,9 @@ void CudaOlmo2::run_attention_backward(int l, const LayerActivations& la) {
   const bf16* q = la.qkv_rot;
   bf16* dq = acts_->dqkv;
   if (!q_attn_.empty())
-    q_attn_[static_cast<size_t>(l)]->backward(q + 2 * d, 3 * d, acts_->datt, d, dq, dq + d, dq + 2 * d, 3 * d,
-                                              {acts_->b, acts_->t, h, hd}, *q_attn_ws_, gemm_, stream_);
+    q_attn_[static_cast<size_t>(l)]->backward(q + 2 * d, 3 * d, la.att, la.lse, acts_->datt, d, dq, dq + d,
+                                              dq + 2 * d, 3 * d, {acts_->b, acts_->t, h, hd}, *q_attn_ws_, gemm_,
+                                              stream_);
   else if (fused_attention_supports(hd))
     cuda::attention_backward(q, q + d, q + 2 * d, 3 * d, la.att, acts_->datt, d, la.lse, dq, dq + d,
                              dq + 2 * d, 3 * d, acts_->b, acts_->t, h, hd, scale, acts_->attn_workspace,

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "nn/cuda/q_attention_cuda.h"
+#include "ops/cuda/attention/q_attn_cuda.h"
 
 namespace fp4::cuda {
 namespace {
@@ -170,18 +171,34 @@ size_t QAttnOperand::bytes() const {
   return input.bytes() + codes.bytes() + scales.bytes() + outer.bytes() + amax.bytes() + bar.bytes();
 }
 
-void QAttnWorkspace::ensure(const AttnShape& s) {
-  if (s.rows() == n && s.width() == d && s.t == t && s.head_dim == head_dim) return;
+void QAttnWorkspace::ensure(const AttnShape& s, bool use_fused) {
+  if (s.rows() == n && s.width() == d && s.t == t && s.head_dim == head_dim && s.b * s.heads == slices &&
+      use_fused == fused)
+    return;
+  *this = QAttnWorkspace{};  // frees the other form's buffers first
   n = s.rows();
   d = s.width();
   t = s.t;
   tp = round_up16(s.t);
   head_dim = s.head_dim;
+  slices = s.b * s.heads;
+  fused = use_fused;
   const auto nd = static_cast<size_t>(n * d), tt = static_cast<size_t>(t) * static_cast<size_t>(tp);
   q_in = DeviceBuffer<bf16>(nd);
   k_in = DeviceBuffer<bf16>(nd);
   q_bar = DeviceBuffer<bf16>(nd);
   k_bar = DeviceBuffer<bf16>(nd);
+  if (fused) {
+    v_copy = DeviceBuffer<bf16>(nd);
+    qt_bar = DeviceBuffer<bf16>(nd);
+    kt_bar = DeviceBuffer<bf16>(nd);
+    sdec_qt = DeviceBuffer<float>(static_cast<size_t>(slices));
+    sdec_kt = DeviceBuffer<float>(static_cast<size_t>(slices));
+    slice_amax = DeviceBuffer<float>(static_cast<size_t>(slices));
+    scale_log2 = DeviceBuffer<float>(1);
+    backward = DeviceBuffer<uint8_t>(q_attention_backward_workspace_bytes(s.b, s.t, s.heads, s.head_dim));
+    return;
+  }
   q_hat = DeviceBuffer<float>(nd);
   k_hat = DeviceBuffer<float>(nd);
   scores = DeviceBuffer<float>(tt);
@@ -196,14 +213,22 @@ void QAttnWorkspace::ensure(const AttnShape& s) {
 }
 
 size_t QAttnWorkspace::bytes() const {
-  return q_in.bytes() + k_in.bytes() + q_bar.bytes() + k_bar.bytes() + q_hat.bytes() + k_hat.bytes() +
-         scores.bytes() + probs.bytes() + dp.bytes() + probs_bf16.bytes() + acc.bytes() + ds.bytes() +
-         dst.bytes() + kt.bytes() + qt.bytes();
+  return q_in.bytes() + k_in.bytes() + q_bar.bytes() + k_bar.bytes() + v_copy.bytes() + qt_bar.bytes() +
+         kt_bar.bytes() + sdec_qt.bytes() + sdec_kt.bytes() + slice_amax.bytes() + scale_log2.bytes() +
+         backward.bytes() + q_hat.bytes() + k_hat.bytes() + scores.bytes() + probs.bytes() + dp.bytes() +
+         probs_bf16.bytes() + acc.bytes() + ds.bytes() + dst.bytes() + kt.bytes() + qt.bytes();
 }
 
-QAttentionCuda::QAttentionCuda(int layer) : layer_(layer) {
+QAttentionCuda::QAttentionCuda(int layer, QAttnKernel kernel) : layer_(layer), kernel_(kernel) {
   FP4_CHECK(layer >= 0 && layer < 256, "q_attn CUDA: block index ", layer,
             " does not fit the random-stream id");
+}
+
+bool QAttentionCuda::fused_for(int head_dim) const {
+  const bool supported = head_dim == 64 || head_dim == 128;
+  FP4_CHECK(kernel_ != QAttnKernel::kFused || supported, "q_attn CUDA: the fused form takes head_dim 64 or 128, ",
+            "not ", head_dim, " (use the sliced form)");
+  return kernel_ == QAttnKernel::kFused || (kernel_ == QAttnKernel::kAuto && supported);
 }
 
 size_t QAttentionCuda::kept_bytes() const {
@@ -222,15 +247,30 @@ void QAttentionCuda::slice_probs(QAttnWorkspace& ws, int64_t offset, float* prob
 }
 
 void QAttentionCuda::forward(const bf16* q, const bf16* k, const bf16* v, int ld_qkv, bf16* out, int ld_out,
-                             const AttnShape& shape, const QuantContext& ctx, QAttnWorkspace& ws,
+                             float* lse, const AttnShape& shape, const QuantContext& ctx, QAttnWorkspace& ws,
                              GemmRunner& gemm, cudaStream_t stream) {
   check_layout(shape, ld_qkv, ld_out, "forward");
   for (const auto& [p, name] :
        {std::pair<const void*, const char*>{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}})
     check_aligned16(p, name);
-  ws.ensure(shape);
+  const bool fused = fused_for(shape.head_dim);
+  FP4_CHECK(!fused || lse != nullptr, "q_attn CUDA forward: the fused form needs the lse buffer");
+  ws.ensure(shape, fused);
+  quantize_inputs(q, k, ld_qkv, shape, ws, stream);
+  shape_ = shape;
+  ctx_ = ctx;
+  fused_ = fused;
+  if (fused)
+    forward_fused(v, ld_qkv, out, ld_out, lse, ws, stream);
+  else
+    forward_sliced(v, ld_qkv, out, ld_out, ws, gemm, stream);
+  have_forward_ = true;
+}
+
+void QAttentionCuda::quantize_inputs(const bf16* q, const bf16* k, int ld_qkv, const AttnShape& shape,
+                                     QAttnWorkspace& ws, cudaStream_t stream) {
   const int64_t n = shape.rows();
-  const int d = shape.width(), t = shape.t, hd = shape.head_dim;
+  const int d = shape.width();
   q_.ensure(n, d, false, false);
   k_.ensure(n, d, false, false);
   const size_t row_bytes = static_cast<size_t>(d) * sizeof(bf16),
@@ -248,6 +288,12 @@ void QAttentionCuda::forward(const bf16* q, const bf16* k, const bf16* v, int ld
   amax_nvfp4_cuda(kin, rtn, QuantRandomness{}, k_.amax.data(), stream);
   quantize_nvfp4_cuda(kin, rtn, QuantRandomness{}, k_.view(), k_.amax.data(), nullptr,
                       DequantOutput{ws.k_bar.data(), QuantIoType::kBF16, false}, stream);
+}
+
+void QAttentionCuda::forward_sliced(const bf16* v, int ld_qkv, bf16* out, int ld_out, QAttnWorkspace& ws,
+                                    GemmRunner& gemm, cudaStream_t stream) {
+  const AttnShape& shape = shape_;
+  const int d = shape.width(), t = shape.t, hd = shape.head_dim;
   for (int bi = 0; bi < shape.b; ++bi)
     for (int h = 0; h < shape.heads; ++h) {
       const int64_t row0 = static_cast<int64_t>(bi) * t, col = static_cast<int64_t>(h) * hd;
@@ -255,14 +301,11 @@ void QAttentionCuda::forward(const bf16* q, const bf16* k, const bf16* v, int ld
       gemm.gemm(false, false, t, hd, t, 1.0f, ws.probs_bf16.data(), ws.tp, v + row0 * ld_qkv + col, ld_qkv,
                 0.0f, out + row0 * ld_out + col, ld_out, stream);
     }
-  shape_ = shape;
-  ctx_ = ctx;
-  have_forward_ = true;
 }
 
-void QAttentionCuda::backward(const bf16* v, int ld_qkv, const bf16* dout, int ld_out, bf16* dq, bf16* dk,
-                              bf16* dv, int ld_dqkv, const AttnShape& shape, QAttnWorkspace& ws,
-                              GemmRunner& gemm, cudaStream_t stream) {
+void QAttentionCuda::backward(const bf16* v, int ld_qkv, const bf16* out, const float* lse, const bf16* dout,
+                              int ld_out, bf16* dq, bf16* dk, bf16* dv, int ld_dqkv, const AttnShape& shape,
+                              QAttnWorkspace& ws, GemmRunner& gemm, cudaStream_t stream) {
   FP4_CHECK(have_forward_ && shape.b == shape_.b && shape.t == shape_.t && shape.heads == shape_.heads &&
                 shape.head_dim == shape_.head_dim,
             "q_attn CUDA: backward without a matching forward");
@@ -272,7 +315,19 @@ void QAttentionCuda::backward(const bf16* v, int ld_qkv, const bf16* dout, int l
   for (const auto& [p, name] :
        {std::pair<const void*, const char*>{v, "v"}, {dout, "dout"}, {dq, "dq"}, {dk, "dk"}, {dv, "dv"}})
     check_aligned16(p, name);
-  ws.ensure(shape);
+  ws.ensure(shape, fused_);
+  if (fused_) {
+    FP4_CHECK(out != nullptr && lse != nullptr, "q_attn CUDA backward: the fused form needs the forward's out and lse");
+    backward_fused(v, ld_qkv, out, lse, dout, ld_out, dq, dk, dv, ld_dqkv, ws, stream);
+  } else {
+    backward_sliced(v, ld_qkv, dout, ld_out, dq, dk, dv, ld_dqkv, ws, gemm, stream);
+  }
+}
+
+void QAttentionCuda::backward_sliced(const bf16* v, int ld_qkv, const bf16* dout, int ld_out, bf16* dq, bf16* dk,
+                                     bf16* dv, int ld_dqkv, QAttnWorkspace& ws, GemmRunner& gemm,
+                                     cudaStream_t stream) {
+  const AttnShape& shape = shape_;
   const int d = shape.width(), t = shape.t, hd = shape.head_dim, tp = ws.tp;
   const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd));
   // The forward's views, exactly: q * s_b for the S GEMM, Q^ and K^ with S_dec (the CPU's q_hat, k_hat) for

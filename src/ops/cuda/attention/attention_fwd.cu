@@ -79,4 +79,20 @@ void attention_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __n
   attn::default_forward_variant(D).launch(p, stream);
 }
 
+void attention_forward_device_scale(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                    int ld_qkv, __nv_bfloat16* out, int ld_out, float* lse, int B, int T, int H,
+                                    int D, const float* scale_log2_device, cudaStream_t stream) {
+  constexpr const char* kWhat = "attention_forward_device_scale";
+  attn::check_shape(kWhat, B, T, H, D, 1.f);
+  attn::check_matrix(kWhat, "q", q, ld_qkv, H, D);
+  attn::check_matrix(kWhat, "k", k, ld_qkv, H, D);
+  attn::check_matrix(kWhat, "v", v, ld_qkv, H, D);
+  attn::check_matrix(kWhat, "out", out, ld_out, H, D);
+  attn::check_pointer(kWhat, "lse", lse);
+  FP4_CHECK(scale_log2_device != nullptr, kWhat, ": scale_log2_device is a null pointer");
+  attn::FwdParams p{q, k, v, ld_qkv, out, ld_out, lse, B, T, H, 0.f};
+  p.scale_log2_device = scale_log2_device;
+  attn::default_forward_variant(D).launch(p, stream);
+}
+
 }  // namespace fp4::cuda

@@ -32,7 +32,14 @@ struct FwdParams {
   float* lse;  // [B][H][T]
   int B, T, H;
   float scale_log2;  // scale * log2(e): the scores go straight into base-2 exponents
+  // When set, the kernel reads scale * log2(e) from here instead (Q-Attn: its scores carry the NVFP4 tensor
+  // scales of Q and K, which only the device knows).
+  const float* scale_log2_device = nullptr;
 };
+
+__device__ __forceinline__ float forward_scale_log2(const FwdParams& p) {
+  return p.scale_log2_device != nullptr ? *p.scale_log2_device : p.scale_log2;
+}
 
 struct FwdVariant;  // attention_variants.cuh
 // Whether a forward configuration is a wgmma kernel (attention_fwd_wgmma.cuh: needs an sm_90 device);
@@ -199,6 +206,7 @@ __global__ void __launch_bounds__(FwdTile<kD, kSlices>::kThreads, kMinBlocks)
     l[2 * sl] = l[2 * sl + 1] = 0.f;
   }
 
+  const float scale_log2 = forward_scale_log2(p);
   for (int j = 0; j < n_tiles; ++j) {
     const int stage = j & 1;
     if (j + 1 < n_tiles) {
@@ -223,7 +231,7 @@ __global__ void __launch_bounds__(FwdTile<kD, kSlices>::kThreads, kMinBlocks)
       FragC s[kSlices][kBlockN / 8];
       fwd_scores<kD, kSlices, kBlockN, kStride>(s, qf, k_tile, lane);
       if (key0 + kBlockN - 1 > row0) fwd_mask<kSlices, kBlockN>(s, key0, row0, lane);
-      fwd_softmax<kD, kSlices, kBlockN>(s, o, m, l, p.scale_log2);
+      fwd_softmax<kD, kSlices, kBlockN>(s, o, m, l, scale_log2);
       fwd_accumulate_pv<kD, kSlices, kBlockN, kStride>(o, s, v_tile, lane);
     }
     __syncthreads();  // every warp is done with this stage before the next iteration refills it

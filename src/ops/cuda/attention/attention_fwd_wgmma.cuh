@@ -193,6 +193,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
   for (int c = 0; c < kOFrags; ++c) zero(o[c]);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const uint64_t q_desc = sw128_desc(s_q + 64 * wg * 128, 16, 1024);
+  const float scale_log2 = forward_scale_log2(p);
 
   // Step j: S of key tile j (j < n_wg) and P V of tile j-1 (1 <= j <= n_wg). The three cases are separate
   // straight-line blocks, so every wgmma is waited for on the path that issued it.
@@ -229,7 +230,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
       fence_accumulators(s);
       if (mask) wg_fwd_mask(s, key0, warp_row0, lane);
       float alpha[2];
-      wg_fwd_softmax(s, m, l, alpha, p.scale_log2);
+      wg_fwd_softmax(s, m, l, alpha, scale_log2);
       wgmma_wait<0>();
       fence_accumulators(o);
       fence_accumulators(s);  // keeps the packing of P after the wait: pa is an operand of the P V product
@@ -244,7 +245,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
       fence_accumulators(s);
       if (mask) wg_fwd_mask(s, key0, warp_row0, lane);
       float alpha[2];  // O is still zero: nothing to rescale
-      wg_fwd_softmax(s, m, l, alpha, p.scale_log2);
+      wg_fwd_softmax(s, m, l, alpha, scale_log2);
       wg_fwd_pack(pa, s);
     } else if (j >= 1 && j == n_wg) {
       wgmma_fence();
