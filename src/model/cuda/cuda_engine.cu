@@ -150,7 +150,6 @@ class CudaEngine final : public TrainingEngine,
 
   void set_data_parallel(const DataParallel& dp) override {
     set_device();
-    opt_->check_shardable();
     FP4_CHECK(
         !lora_, "CUDA engine: lora_svd (recipe section [lora_svd]) runs on one process only in the CUDA ",
         "engine so far; train without data parallelism, use the cpu device, or set lora_svd.enabled = false");
@@ -163,13 +162,16 @@ class CudaEngine final : public TrainingEngine,
     for (const auto& r : dp.shards) covered += r.size();
     FP4_CHECK(covered == params_->numel(), "CUDA engine: the shards cover ", covered, " of ",
               params_->numel(), " parameters");
+    FP4_CHECK(optimizer_steps() == 0, "CUDA engine: data parallelism must be set before the first step");
+    // First, so that a shard the optimizer refuses (q-adamw: one that cuts a 128-element tile; the ROOT
+    // family: one that cuts a tensor) leaves the engine without data parallelism.
+    opt_->set_shard(*params_, dp.shards, dp.comm);
     comm_ = dp.comm;
     shards_ = dp.shards;
     buckets_ = gradient_buckets(parameters());
     bucket_ranges_.clear();
     for (const auto& b : buckets_) bucket_ranges_.push_back(bucket_shards(b.range, shards_));
     lane_ = std::make_unique<CommLane>(buckets_.size());
-    opt_->set_shard(*params_, shards_, comm_);
   }
 
   std::span<const std::unique_ptr<StepFeature>> features() override { return features_; }
