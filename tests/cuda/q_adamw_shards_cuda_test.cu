@@ -73,7 +73,7 @@ StepHyper hyper() {
   return h;
 }
 
-std::vector<float> all_values(const cuda::DeviceParams& dp) {
+std::vector<float> all_values(cuda::DeviceParams& dp) {
   std::vector<float> v(static_cast<size_t>(dp.numel()));
   cuda::copy_to_host(v.data(), dp.values(), v.size() * sizeof(float), nullptr);
   return v;
