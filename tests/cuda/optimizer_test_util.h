@@ -102,7 +102,7 @@ inline Batch next_token_batch(const ModelConfig& cfg, int b, int t, uint32_t see
 // A device optimizer's engine state `saved` (written by `gpu`) loads into the CPU engine, which saves the
 // same bytes, then into `back` (a fresh CUDA engine of the same seed), which saves them again and takes the
 // same next step on `batch` as `gpu`. A data-parallel set-up without a communicator is then refused with
-// a message holding `dp_refusal` (the recipe field, for optimizers that run on one process only).
+// a message holding `dp_refusal`.
 inline void expect_state_moves_to_the_cpu_and_back(TrainingEngine& gpu, TrainingEngine& cpu,
                                                    std::unique_ptr<TrainingEngine> back,
                                                    const std::vector<StateTensor>& saved, const Batch& batch,

@@ -218,9 +218,10 @@ TEST(CudaQAdamWEngine, TrainsAndItsStateMovesToTheCpuQAdamWAndBack) {
     EXPECT_EQ(saved[t].shape, fresh[t].shape) << saved[t].name;
   }
   // ... loads into the CPU QAdamW (step and seed included) and back into a fresh CUDA engine of the same
-  // seed (the recipe's backward SR draws from it).
+  // seed (the recipe's backward SR draws from it). (Data parallelism is not refused by name any more: q-adamw
+  // shards on 128-element tiles, q_adamw_shards_cuda_test.cu; without a communicator it is refused.)
   testing::expect_state_moves_to_the_cpu_and_back(*gpu, *cpu, make_cuda_engine(cfg, recipe, seed), saved,
-                                                  pool[0], h, "recipe field 'optimizer'");
+                                                  pool[0], h, "device communicator");
 }
 
 }  // namespace

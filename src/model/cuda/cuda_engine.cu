@@ -148,12 +148,12 @@ class CudaEngine final : public TrainingEngine,
     return stats;
   }
 
+  // Every optimizer shards (q-adamw on 128-element tiles, the ROOT family on whole tensors) and LoRA-SVD runs
+  // on every rank: its gradient split is linear in each rank's dW and comes before the reduce-scatter, and its
+  // realignment after the all-gather is deterministic on identical parameters, so every rank realigns alike
+  // and then zeroes the factors' moments in its own shard.
   void set_data_parallel(const DataParallel& dp) override {
     set_device();
-    opt_->check_shardable();
-    FP4_CHECK(
-        !lora_, "CUDA engine: lora_svd (recipe section [lora_svd]) runs on one process only in the CUDA ",
-        "engine so far; train without data parallelism, use the cpu device, or set lora_svd.enabled = false");
     FP4_CHECK(dp.comm != nullptr && dp.comm->device_memory(), "CUDA engine: data parallelism needs a device ",
               "communicator (got ", dp.comm ? dp.comm->backend() : std::string("none"), ")");
     const int world = dp.comm->world_size();
@@ -163,13 +163,16 @@ class CudaEngine final : public TrainingEngine,
     for (const auto& r : dp.shards) covered += r.size();
     FP4_CHECK(covered == params_->numel(), "CUDA engine: the shards cover ", covered, " of ",
               params_->numel(), " parameters");
+    FP4_CHECK(optimizer_steps() == 0, "CUDA engine: data parallelism must be set before the first step");
+    // First, so that a shard the optimizer refuses (q-adamw: one that cuts a 128-element tile; the ROOT
+    // family: one that cuts a tensor) leaves the engine without data parallelism.
+    opt_->set_shard(*params_, dp.shards, dp.comm);
     comm_ = dp.comm;
     shards_ = dp.shards;
     buckets_ = gradient_buckets(parameters());
     bucket_ranges_.clear();
     for (const auto& b : buckets_) bucket_ranges_.push_back(bucket_shards(b.range, shards_));
     lane_ = std::make_unique<CommLane>(buckets_.size());
-    opt_->set_shard(*params_, shards_, comm_);
   }
 
   std::span<const std::unique_ptr<StepFeature>> features() override { return features_; }
@@ -304,7 +307,10 @@ class CudaEngine final : public TrainingEngine,
     b.out_control = model_->out_control();
     b.out_control_sums = [this] { collect_out_control_sums(); };
     b.osci_device_backend = [this] { return make_osci_backend(); };
-    if (lora_) {  // realignment number `index`, then the factors' moments restart (as the CPU engine)
+    // Realignment number `index`, then the factors' moments restart (as the CPU engine). Data-parallel, every
+    // rank realigns its full copy of the all-gathered parameters alike and its optimizer zeroes only the part
+    // of the factors' moments in its shard.
+    if (lora_) {
       b.lora_svd = &lora_->registry();
       b.lora_svd_realign = [this](int64_t index) {
         lora_->realign(index * lora_->registry().config().realign_every, *params_);

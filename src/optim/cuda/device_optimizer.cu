@@ -99,11 +99,11 @@ class AdamWOnDevice final : public DeviceOptimizer {
   std::vector<IndexRange> shards_;
 };
 
-// Q-AdamW: NVFP4 moments, one process (tensors of the CPU QAdamW).
+// Q-AdamW: NVFP4 moments (tensors of the CPU QAdamW), on one process or ZeRO-1 shards whose boundaries inside
+// a tensor fall on its 128-element tiles (the trainer's plan is aligned to 128).
 class QAdamWOnDevice final : public DeviceOptimizer {
  public:
-  QAdamWOnDevice(const DeviceParams& params, cudaStream_t stream, uint64_t seed)
-      : numel_(params.numel()), qadam_(params, stream, seed) {}
+  QAdamWOnDevice(const DeviceParams& params, cudaStream_t stream, uint64_t seed) : qadam_(params, stream, seed) {}
 
   std::string name() const override { return "q-adamw"; }
   void queue_step(DeviceParams& params, const StepHyper& hyper, const double* loss_sums) override {
@@ -118,16 +118,11 @@ class QAdamWOnDevice final : public DeviceOptimizer {
   }
   int64_t step_count() const override { return qadam_.step_count(); }
 
-  void check_shardable() const override {
-    FP4_THROW(
-        "CUDA engine: optimizer = \"q-adamw\" (recipe field 'optimizer') runs on one process ",
-        "only in the CUDA engine; train without data parallelism, use the cpu device, or set optimizer = ",
-        "\"adamw\"");
+  void set_shard(const DeviceParams& params, const std::vector<IndexRange>& shards,
+                 Communicator* comm) override {
+    qadam_.set_shard(params, shards, comm);
   }
-  void set_shard(const DeviceParams&, const std::vector<IndexRange>&, Communicator*) override {
-    check_shardable();
-  }
-  IndexRange shard() const override { return {0, numel_}; }
+  IndexRange shard() const override { return qadam_.shard(); }
 
   std::vector<StateTensor> save_state(const DeviceParams& params) const override {
     return qadam_.save_state(params);
@@ -137,7 +132,6 @@ class QAdamWOnDevice final : public DeviceOptimizer {
   }
 
  private:
-  int64_t numel_;
   DeviceQAdamW qadam_;
 };
 

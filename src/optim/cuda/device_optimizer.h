@@ -49,12 +49,10 @@ class DeviceOptimizer {
     FP4_THROW("optimizer \"", name(), "\" cannot reset moments on the CUDA engine (LoRA-SVD realignment)");
   }
 
-  // ZeRO-1. check_shardable throws fp4::Error, naming the optimizer and the recipe field, when this
-  // optimizer cannot shard its state (called before anything of a data-parallel set-up changes).
-  // set_shard (before the first step) keeps state for shards[comm->rank()] only; the clipping norm then
-  // sums every rank's shard through comm. The engine reduce-scatters the gradients before queue_step and
-  // all-gathers the values after it.
-  virtual void check_shardable() const {}
+  // ZeRO-1. set_shard (before the first step) keeps state for shards[comm->rank()] only; the clipping norm
+  // then sums every rank's shard through comm. It throws fp4::Error, naming the optimizer, for shards it
+  // cannot take (q-adamw: a boundary that cuts a 128-element tile; root and q-root: one that cuts a tensor).
+  // The engine reduce-scatters the gradients before queue_step and all-gathers the values after it.
   virtual void set_shard(const DeviceParams& params, const std::vector<IndexRange>& shards,
                          Communicator* comm) = 0;
   virtual IndexRange shard() const = 0;  // every element when not sharded

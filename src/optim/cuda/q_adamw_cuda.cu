@@ -23,8 +23,8 @@ constexpr int kGroups = 8;  // 16-element groups per tile: one thread each
 constexpr int kTilesPerBlock = 32;
 constexpr int kThreads = kTilesPerBlock * kGroups;
 
-// The tensor holding state tile `tile` (binary search over first_tile).
-__device__ int tensor_of(const QAdamTensor* t, int n, int64_t tile) {
+// The piece holding state tile `tile` (binary search over first_tile).
+__device__ int piece_of(const QAdamPiece* t, int n, int64_t tile) {
   int lo = 0, hi = n - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -36,24 +36,27 @@ __device__ int tensor_of(const QAdamTensor* t, int n, int64_t tile) {
   return lo;
 }
 
-// Where a thread works: tile `tile` of tensor `ti` (gt in the state buffers), group g of the tile, and how
-// many of the group's 16 elements and of the tile's 128 are data (the rest is zero padding).
+// Where a thread works: tile `tile` of piece `pi` (gt in the state buffers), which is tile `tensor_tile` of
+// tensor `ti`; group g of the tile, and how many of the group's 16 elements and of the tile's 128 are data
+// (the rest is zero padding).
 struct Slot {
   bool live = false;
-  int ti = 0, g = 0;
-  int64_t gt = 0, tile = 0;
+  int pi = 0, ti = 0, g = 0;
+  int64_t gt = 0, tile = 0, tensor_tile = 0;
   int valid = 0, tile_count = 0;
 };
 
-__device__ Slot slot_of(const QAdamTensor* tensors, int n_tensors, int64_t total_tiles) {
+__device__ Slot slot_of(const QAdamPiece* pieces, int n_pieces, int64_t total_tiles) {
   Slot s;
   s.g = static_cast<int>(threadIdx.x) % kGroups;
   s.gt = static_cast<int64_t>(blockIdx.x) * kTilesPerBlock + static_cast<int64_t>(threadIdx.x) / kGroups;
   if (s.gt >= total_tiles) return s;
   s.live = true;
-  s.ti = tensor_of(tensors, n_tensors, s.gt);
-  const QAdamTensor& t = tensors[s.ti];
+  s.pi = piece_of(pieces, n_pieces, s.gt);
+  const QAdamPiece& t = pieces[s.pi];
+  s.ti = t.param;
   s.tile = s.gt - t.first_tile;
+  s.tensor_tile = t.tile0 + s.tile;
   const int64_t left = t.numel - s.tile * kQAdamTileElements;
   s.tile_count = static_cast<int>(left < kQAdamTileElements ? left : kQAdamTileElements);
   const int64_t in_group = s.tile_count - s.g * 16;
@@ -79,7 +82,7 @@ __device__ void decode_group(const QAdamPacked& st, int k, const Slot& s, float 
 // Decodes the group's m and v and runs cpu::adamw_update on its data elements: m, v receive the new
 // moments and p the new weights (entries past `valid` are left 0).
 __device__ void update_group(const float* values, const float* grads, const QAdamPacked& st,
-                             const QAdamTensor& t, const Slot& s, const QAdamStepArgs& a, float clip,
+                             const QAdamPiece& t, const Slot& s, const QAdamStepArgs& a, float clip,
                              float* m, float* v, float* p) {
   float xm[16], xr[16];
   decode_group(st, 0, s, st.scale[0][2 * s.ti], xm);
@@ -144,7 +147,8 @@ __device__ float group_amax(const float* x) {
 }
 
 // quantize_nvfp4 of one 1x16 block of a tile (tensor scale from `amax`, Four Over Six, SR): element e of
-// group g draws SR word g * 16 + e of the stream {key, tile} (philox_sr_word: Philox blocks 2g and 2g + 1).
+// group g draws SR word g * 16 + e of the stream {key, tile}, tile counted in the tensor (philox_sr_word:
+// Philox blocks 2g and 2g + 1).
 // Writes the 8 code bytes and the scale.
 __device__ void quantize_group(const float* x, float amax, uint64_t key, int64_t tile, uint8_t* codes,
                                uint8_t* scale) {
@@ -203,17 +207,17 @@ __device__ void reduce_amax(const Slot& s, float am, float av, float* amax, int*
 // (A) The new moments' tensor amax, and the first non-finite moment (QAdamW's pass 1).
 __global__ void __launch_bounds__(kThreads)
     amax_kernel(const float* __restrict__ values, const float* __restrict__ grads, QAdamPacked st,
-                const QAdamTensor* __restrict__ tensors, int n_tensors, int64_t total_tiles, QAdamStepArgs a,
+                const QAdamPiece* __restrict__ pieces, int n_pieces, int64_t total_tiles, QAdamStepArgs a,
                 const StepControl* __restrict__ control, float* amax, uint32_t* fault) {
   __shared__ float sh_u[kTilesPerBlock][kQAdamTileElements];
   __shared__ uint16_t sh_mean[kTilesPerBlock];
   __shared__ int sh_ti[kTilesPerBlock];
   __shared__ float sh_a[kTilesPerBlock][2];
   if (control->skip) return;  // the same for every thread: no barrier is left waiting
-  const Slot s = slot_of(tensors, n_tensors, total_tiles);
+  const Slot s = slot_of(pieces, n_pieces, total_tiles);
   float m[16] = {}, v[16] = {}, p[16];
   if (s.live) {
-    update_group(values, grads, st, tensors[s.ti], s, a, control->clip_coef, m, v, p);
+    update_group(values, grads, st, pieces[s.pi], s, a, control->clip_coef, m, v, p);
     bool bad_m = false, bad_v = false;
     // Loops over a group run all 16 entries with a predicate: a run-time trip count would put the group's
     // arrays in local memory.
@@ -246,20 +250,20 @@ __global__ void __launch_bounds__(kThreads)
 // (B) The weights and the packed moments of the step (QAdamW's pass 2).
 __global__ void __launch_bounds__(kThreads)
     write_kernel(float* __restrict__ values, const float* __restrict__ grads, bf16* __restrict__ values_bf16,
-                 QAdamPacked st, const QAdamTensor* __restrict__ tensors, int n_tensors, int64_t total_tiles,
+                 QAdamPacked st, const QAdamPiece* __restrict__ pieces, int n_pieces, int64_t total_tiles,
                  QAdamStepArgs a, const StepControl* __restrict__ control, const float* __restrict__ amax,
                  const uint32_t* __restrict__ fault) {
   __shared__ float sh_u[kTilesPerBlock][kQAdamTileElements];
   __shared__ uint16_t sh_mean[kTilesPerBlock];
   if (control->skip || *fault != kQAdamNoFault) return;
-  const Slot s = slot_of(tensors, n_tensors, total_tiles);
+  const Slot s = slot_of(pieces, n_pieces, total_tiles);
   float m[16] = {}, v[16] = {}, p[16] = {};
-  if (s.live) update_group(values, grads, st, tensors[s.ti], s, a, control->clip_coef, m, v, p);
+  if (s.live) update_group(values, grads, st, pieces[s.pi], s, a, control->clip_coef, m, v, p);
   float xm[16], xr[16];
   // Every read of the old state (this tile's codes, scales and mean) happens before the barriers in here.
   const uint16_t mean_bits = mix_group(s, m, v, xm, xr, sh_u, sh_mean);
   if (!s.live) return;
-  const QAdamTensor& t = tensors[s.ti];
+  const QAdamPiece& t = pieces[s.pi];
   const int64_t base = t.offset + s.tile * kQAdamTileElements + s.g * 16;
   FP4_UNROLL
   for (int e = 0; e < 16; ++e) {
@@ -270,7 +274,7 @@ __global__ void __launch_bounds__(kThreads)
   const float* x[2] = {xm, xr};
   FP4_UNROLL
   for (int k = 0; k < 2; ++k)
-    quantize_group(x[k], amax[2 * s.ti + k], q_adamw_sr_key(a.seed, a.step, s.ti, k), s.tile,
+    quantize_group(x[k], amax[2 * s.ti + k], q_adamw_sr_key(a.seed, a.step, s.ti, k), s.tensor_tile,
                    st.codes[k] + s.gt * kQAdamCodeBytes + s.g * 8,
                    st.scales[k] + s.gt * kQAdamScaleBytes + s.g);
   if (s.g == 0) st.mean[s.gt] = mean_bits;
@@ -291,18 +295,47 @@ __global__ void scale_kernel(QAdamPacked st, int n_tensors, const float* __restr
 
 // The zero state: every group quantized from zeros with amax 0, key 0, and the mean of zeros.
 __global__ void __launch_bounds__(kThreads)
-    init_kernel(QAdamPacked st, const QAdamTensor* __restrict__ tensors, int n_tensors, int64_t total_tiles) {
-  const Slot s = slot_of(tensors, n_tensors, total_tiles);
+    init_kernel(QAdamPacked st, const QAdamPiece* __restrict__ pieces, int n_pieces, int64_t total_tiles) {
+  const Slot s = slot_of(pieces, n_pieces, total_tiles);
   if (!s.live) return;
   const float zero[16] = {};
   for (int k = 0; k < 2; ++k)
-    quantize_group(zero, 0.0f, 0, s.tile, st.codes[k] + s.gt * kQAdamCodeBytes + s.g * 8,
+    quantize_group(zero, 0.0f, 0, s.tensor_tile, st.codes[k] + s.gt * kQAdamCodeBytes + s.g * 8,
                    st.scales[k] + s.gt * kQAdamScaleBytes + s.g);
   if (s.g == 0) st.mean[s.gt] = bf16_bits_rne(0.0f);  // the mean of zeros
 }
 
 unsigned blocks_for(int64_t tiles) {
   return static_cast<unsigned>((tiles + kTilesPerBlock - 1) / kTilesPerBlock);
+}
+
+// This rank's amax and fault into its row of the all-reduce slots (the other rows are zero).
+__global__ void pack_slots_kernel(const float* __restrict__ amax, const uint32_t* __restrict__ fault,
+                                  int n_tensors, int rank, double* slots) {
+  const int row = 2 * n_tensors + 1;
+  double* mine = slots + static_cast<int64_t>(rank) * row;
+  for (int j = static_cast<int>(threadIdx.x); j < 2 * n_tensors; j += static_cast<int>(blockDim.x))
+    mine[j] = static_cast<double>(amax[j]);
+  if (threadIdx.x == 0) mine[2 * n_tensors] = *fault == kQAdamNoFault ? 0.0 : static_cast<double>(*fault) + 1.0;
+}
+
+// The job's amax of each tensor (max over the rows) and its first fault (the smallest over the rows).
+__global__ void unpack_slots_kernel(const double* __restrict__ slots, int n_tensors, int world, float* amax,
+                                    uint32_t* fault) {
+  const int row = 2 * n_tensors + 1;
+  for (int j = static_cast<int>(threadIdx.x); j < 2 * n_tensors; j += static_cast<int>(blockDim.x)) {
+    float a = 0.0f;
+    for (int r = 0; r < world; ++r) a = max_f(a, static_cast<float>(slots[static_cast<int64_t>(r) * row + j]));
+    amax[j] = a;
+  }
+  if (threadIdx.x == 0) {
+    uint32_t f = kQAdamNoFault;
+    for (int r = 0; r < world; ++r) {
+      const double code = slots[static_cast<int64_t>(r) * row + 2 * n_tensors];
+      if (code > 0.0 && static_cast<uint32_t>(code - 1.0) < f) f = static_cast<uint32_t>(code - 1.0);
+    }
+    *fault = f;
+  }
 }
 
 }  // namespace
@@ -324,31 +357,56 @@ QAdamStepArgs q_adamw_step_args(const cpu::AdamWArgs& args, uint64_t seed, int64
   return a;
 }
 
-void q_adamw_init(const QAdamPacked& state, const QAdamTensor* tensors, int n_tensors, int64_t total_tiles,
-                  float* amax, cudaStream_t stream) {
-  FP4_CHECK(n_tensors > 0 && total_tiles > 0, "q_adamw_init: ", n_tensors, " tensors, ", total_tiles,
-            " tiles");
-  init_kernel<<<blocks_for(total_tiles), kThreads, 0, stream>>>(state, tensors, n_tensors, total_tiles);
-  FP4_CUDA_CHECK_LAUNCH("q-adamw init_kernel");
+void q_adamw_init(const QAdamPacked& state, const QAdamPiece* pieces, int n_pieces, int64_t total_tiles,
+                  int n_tensors, float* amax, cudaStream_t stream) {
+  FP4_CHECK(n_tensors > 0 && n_pieces >= 0 && total_tiles >= 0, "q_adamw_init: ", n_tensors, " tensors, ",
+            n_pieces, " pieces, ", total_tiles, " tiles");
+  if (total_tiles > 0) {  // a rank whose shard is empty has no tiles, only the tensor scales
+    init_kernel<<<blocks_for(total_tiles), kThreads, 0, stream>>>(state, pieces, n_pieces, total_tiles);
+    FP4_CUDA_CHECK_LAUNCH("q-adamw init_kernel");
+  }
   FP4_CUDA_CHECK(cudaMemsetAsync(amax, 0, 2 * static_cast<size_t>(n_tensors) * sizeof(float), stream));
   scale_kernel<<<(n_tensors + 127) / 128, 128, 0, stream>>>(state, n_tensors, amax, nullptr, nullptr);
   FP4_CUDA_CHECK_LAUNCH("q-adamw scale_kernel");
 }
 
-void q_adamw_step(float* values, const float* grads, bf16* values_bf16, const QAdamPacked& state,
-                  const QAdamTensor* tensors, int n_tensors, int64_t total_tiles, const QAdamStepArgs& args,
-                  const StepControl* control, float* amax, uint32_t* fault, cudaStream_t stream) {
-  FP4_CHECK(n_tensors > 0 && total_tiles > 0, "q_adamw_step: ", n_tensors, " tensors, ", total_tiles,
-            " tiles");
+void q_adamw_measure(const float* values, const float* grads, const QAdamPacked& state, const QAdamPiece* pieces,
+                     int n_pieces, int64_t total_tiles, int n_tensors, const QAdamStepArgs& args,
+                     const StepControl* control, float* amax, uint32_t* fault, cudaStream_t stream) {
+  FP4_CHECK(n_tensors > 0 && n_pieces >= 0 && total_tiles >= 0, "q_adamw_measure: ", n_tensors, " tensors, ",
+            n_pieces, " pieces, ", total_tiles, " tiles");
   FP4_CUDA_CHECK(cudaMemsetAsync(amax, 0, 2 * static_cast<size_t>(n_tensors) * sizeof(float), stream));
   FP4_CUDA_CHECK(cudaMemsetAsync(fault, 0xFF, sizeof(uint32_t), stream));
-  const unsigned blocks = blocks_for(total_tiles);
-  amax_kernel<<<blocks, kThreads, 0, stream>>>(values, grads, state, tensors, n_tensors, total_tiles, args,
-                                               control, amax, fault);
+  if (total_tiles == 0) return;
+  amax_kernel<<<blocks_for(total_tiles), kThreads, 0, stream>>>(values, grads, state, pieces, n_pieces,
+                                                                total_tiles, args, control, amax, fault);
   FP4_CUDA_CHECK_LAUNCH("q-adamw amax_kernel");
-  write_kernel<<<blocks, kThreads, 0, stream>>>(values, grads, values_bf16, state, tensors, n_tensors,
-                                                total_tiles, args, control, amax, fault);
-  FP4_CUDA_CHECK_LAUNCH("q-adamw write_kernel");
+}
+
+void q_adamw_all_reduce_amax(float* amax, uint32_t* fault, int n_tensors, double* slots, Communicator& comm,
+                             cudaStream_t stream) {
+  const int world = comm.world_size();
+  const int64_t count = static_cast<int64_t>(world) * (2 * n_tensors + 1);
+  FP4_CUDA_CHECK(cudaMemsetAsync(slots, 0, static_cast<size_t>(count) * sizeof(double), stream));
+  pack_slots_kernel<<<1, 256, 0, stream>>>(amax, fault, n_tensors, comm.rank(), slots);
+  FP4_CUDA_CHECK_LAUNCH("q-adamw pack_slots_kernel");
+  comm.all_reduce_sum(slots, count, CommType::kF64, stream);
+  unpack_slots_kernel<<<1, 256, 0, stream>>>(slots, n_tensors, world, amax, fault);
+  FP4_CUDA_CHECK_LAUNCH("q-adamw unpack_slots_kernel");
+}
+
+void q_adamw_write(float* values, const float* grads, bf16* values_bf16, const QAdamPacked& state,
+                   const QAdamPiece* pieces, int n_pieces, int64_t total_tiles, int n_tensors,
+                   const QAdamStepArgs& args, const StepControl* control, const float* amax,
+                   const uint32_t* fault, cudaStream_t stream) {
+  FP4_CHECK(n_tensors > 0 && n_pieces >= 0 && total_tiles >= 0, "q_adamw_write: ", n_tensors, " tensors, ",
+            n_pieces, " pieces, ", total_tiles, " tiles");
+  if (total_tiles > 0) {
+    write_kernel<<<blocks_for(total_tiles), kThreads, 0, stream>>>(values, grads, values_bf16, state, pieces,
+                                                                   n_pieces, total_tiles, args, control, amax,
+                                                                   fault);
+    FP4_CUDA_CHECK_LAUNCH("q-adamw write_kernel");
+  }
   scale_kernel<<<(n_tensors + 127) / 128, 128, 0, stream>>>(state, n_tensors, amax, control, fault);
   FP4_CUDA_CHECK_LAUNCH("q-adamw scale_kernel");
 }
