@@ -198,8 +198,8 @@ ExactGrads exact_grads(const Problem& pr, const CpuResults& cpu_res, const QAtte
   ExactGrads e{std::vector<float>(nd), std::vector<float>(nd)};
   std::vector<float> ev(nd), scratch(static_cast<size_t>(s.t) * s.t);
   cpu::attention_backward(e.dq.data(), d, e.dk.data(), d, ev.data(), d, scratch.data(), pr.dout.data(), d,
-                          cpu_res.probs.data(), cpu.q_hat().data(), d, cpu.k_hat().data(), d, pr.v.data(), d, s.b,
-                          s.t, s.heads, s.head_dim);
+                          cpu_res.probs.data(), cpu.q_hat().data(), d, cpu.k_hat().data(), d, pr.v.data(), d,
+                          s.b, s.t, s.heads, s.head_dim);
   return e;
 }
 
@@ -385,7 +385,8 @@ TEST_P(QAttnFusedVsCpu, QuantizedOperandsBitIdenticalAndResultsWithinTolerance) 
       for (int c = 0; c < hd; ++c)
         for (int j = 0; j < t; ++j)
           op[static_cast<size_t>(c) * tp + j] = (*hat)[(static_cast<size_t>(bi) * t + j) * d + h * hd + c];
-      const Nvfp4Tensor q = quantize_nvfp4(op.data(), hd, tp, sr, q_attn_randomness(ctx, layer, slice, purpose));
+      const Nvfp4Tensor q =
+          quantize_nvfp4(op.data(), hd, tp, sr, q_attn_randomness(ctx, layer, slice, purpose));
       std::vector<uint16_t> ref(op.size());
       dequantize_bf16(q, ref.data(), false);
       bool same = bits_of(q.outer_scales[0]) == bits_of((*sdec)[static_cast<size_t>(slice)]);
@@ -408,13 +409,15 @@ TEST_P(QAttnFusedVsCpu, QuantizedOperandsBitIdenticalAndResultsWithinTolerance) 
     for (int i = 0; i < t; ++i)
       for (int j = 0; j < t; ++j) {
         dst[static_cast<size_t>(j) * tp + i] = ds[static_cast<size_t>(i) * tp + j];
-        ds_norm += static_cast<double>(ds[static_cast<size_t>(i) * tp + j]) * ds[static_cast<size_t>(i) * tp + j];
+        ds_norm +=
+            static_cast<double>(ds[static_cast<size_t>(i) * tp + j]) * ds[static_cast<size_t>(i) * tp + j];
         if (j > i && ds[static_cast<size_t>(i) * tp + j] != 0.0f) ADD_FAILURE() << "dS above the diagonal";
       }
     for (auto [input, got_all, purpose, name] :
          {std::tuple{&ds, &rows_all, QAttnPurpose::kSrDsRows, "Q(dS)"},
           std::tuple{&dst, &cols_all, QAttnPurpose::kSrDsCols, "Q(dS^T)"}}) {
-      const Nvfp4Tensor q = quantize_nvfp4(input->data(), t, tp, sr, q_attn_randomness(ctx, layer, slice, purpose));
+      const Nvfp4Tensor q =
+          quantize_nvfp4(input->data(), t, tp, sr, q_attn_randomness(ctx, layer, slice, purpose));
       std::vector<uint16_t> ref(per_slice);
       dequantize_bf16(q, ref.data(), false);
       size_t first_diff = per_slice;
@@ -487,7 +490,8 @@ TEST(QAttnFused, MeanOverCallsApproachesTheExactGradientOfTheQuantizedForward) {
     if (call == kCalls) {
       const double all_dq = mean_err(sum_dq, exact.dq), all_dk = mean_err(sum_dk, exact.dk);
       std::cout << "fused Q-Attn: mean over calls vs exact, dq 1: " << one_dq << ", 16: " << at16_dq << ", "
-                << kCalls << ": " << all_dq << "; dk 1: " << one_dk << ", " << kCalls << ": " << all_dk << "\n";
+                << kCalls << ": " << all_dq << "; dk 1: " << one_dk << ", " << kCalls << ": " << all_dk
+                << "\n";
       // 1/sqrt(256) = 1/16 of one draw's error when unbiased; a bias would stall it.
       EXPECT_LT(all_dq, one_dq / 8);
       EXPECT_LT(all_dk, one_dk / 8);
@@ -547,7 +551,8 @@ TEST(QAttnCuda, ShapeErrorsAreNamed) {
   DeviceBuffer<bf16> buf(4096);
   const bf16* p = buf.data();
   const std::string hd8 = testing::error_of([&] {
-    qa.forward(p, p, p, 32, buf.data(), 32, nullptr, AttnShape{1, 4, 4, 8}, QuantContext{}, ws, gemm, nullptr);
+    qa.forward(p, p, p, 32, buf.data(), 32, nullptr, AttnShape{1, 4, 4, 8}, QuantContext{}, ws, gemm,
+               nullptr);
   });
   EXPECT_NE(hd8.find("head_dim 8 must be a multiple of 16"), std::string::npos) << hd8;
   const std::string no_fwd = testing::error_of([&] {
@@ -556,7 +561,8 @@ TEST(QAttnCuda, ShapeErrorsAreNamed) {
   });
   EXPECT_NE(no_fwd.find("backward without a matching forward"), std::string::npos) << no_fwd;
   const std::string stride = testing::error_of([&] {
-    qa.forward(p, p, p, 20, buf.data(), 32, nullptr, AttnShape{1, 4, 1, 16}, QuantContext{}, ws, gemm, nullptr);
+    qa.forward(p, p, p, 20, buf.data(), 32, nullptr, AttnShape{1, 4, 1, 16}, QuantContext{}, ws, gemm,
+               nullptr);
   });
   EXPECT_NE(stride.find("row strides (20, 32) must be multiples of 8"), std::string::npos) << stride;
   EXPECT_NE(
@@ -571,7 +577,8 @@ TEST(QAttnCuda, ShapeErrorsAreNamed) {
   EXPECT_NE(hd32.find("the fused form takes head_dim 64 or 128, not 32"), std::string::npos) << hd32;
   cuda::QAttentionCuda any(0);
   const std::string no_lse = testing::error_of([&] {
-    any.forward(p, p, p, 64, buf.data(), 64, nullptr, AttnShape{1, 4, 1, 64}, QuantContext{}, ws, gemm, nullptr);
+    any.forward(p, p, p, 64, buf.data(), 64, nullptr, AttnShape{1, 4, 1, 64}, QuantContext{}, ws, gemm,
+                nullptr);
   });
   EXPECT_NE(no_lse.find("the fused form needs the lse buffer"), std::string::npos) << no_lse;
 }

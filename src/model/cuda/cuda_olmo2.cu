@@ -187,8 +187,8 @@ void CudaOlmo2::run_attention_backward(int l, const LayerActivations& la) {
   bf16* dq = acts_->dqkv;
   if (!q_attn_.empty())
     q_attn_[static_cast<size_t>(l)]->backward(q + 2 * d, 3 * d, la.att, la.lse, acts_->datt, d, dq, dq + d,
-                                              dq + 2 * d, 3 * d, {acts_->b, acts_->t, h, hd}, *q_attn_ws_, gemm_,
-                                              stream_);
+                                              dq + 2 * d, 3 * d, {acts_->b, acts_->t, h, hd}, *q_attn_ws_,
+                                              gemm_, stream_);
   else if (fused_attention_supports(hd))
     cuda::attention_backward(q, q + d, q + 2 * d, 3 * d, la.att, acts_->datt, d, la.lse, dq, dq + d,
                              dq + 2 * d, 3 * d, acts_->b, acts_->t, h, hd, scale, acts_->attn_workspace,

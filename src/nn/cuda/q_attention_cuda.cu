@@ -226,8 +226,9 @@ QAttentionCuda::QAttentionCuda(int layer, QAttnKernel kernel) : layer_(layer), k
 
 bool QAttentionCuda::fused_for(int head_dim) const {
   const bool supported = head_dim == 64 || head_dim == 128;
-  FP4_CHECK(kernel_ != QAttnKernel::kFused || supported, "q_attn CUDA: the fused form takes head_dim 64 or 128, ",
-            "not ", head_dim, " (use the sliced form)");
+  FP4_CHECK(kernel_ != QAttnKernel::kFused || supported,
+            "q_attn CUDA: the fused form takes head_dim 64 or 128, ", "not ", head_dim,
+            " (use the sliced form)");
   return kernel_ == QAttnKernel::kFused || (kernel_ == QAttnKernel::kAuto && supported);
 }
 
@@ -317,15 +318,16 @@ void QAttentionCuda::backward(const bf16* v, int ld_qkv, const bf16* out, const 
     check_aligned16(p, name);
   ws.ensure(shape, fused_);
   if (fused_) {
-    FP4_CHECK(out != nullptr && lse != nullptr, "q_attn CUDA backward: the fused form needs the forward's out and lse");
+    FP4_CHECK(out != nullptr && lse != nullptr,
+              "q_attn CUDA backward: the fused form needs the forward's out and lse");
     backward_fused(v, ld_qkv, out, lse, dout, ld_out, dq, dk, dv, ld_dqkv, ws, stream);
   } else {
     backward_sliced(v, ld_qkv, dout, ld_out, dq, dk, dv, ld_dqkv, ws, gemm, stream);
   }
 }
 
-void QAttentionCuda::backward_sliced(const bf16* v, int ld_qkv, const bf16* dout, int ld_out, bf16* dq, bf16* dk,
-                                     bf16* dv, int ld_dqkv, QAttnWorkspace& ws, GemmRunner& gemm,
+void QAttentionCuda::backward_sliced(const bf16* v, int ld_qkv, const bf16* dout, int ld_out, bf16* dq,
+                                     bf16* dk, bf16* dv, int ld_dqkv, QAttnWorkspace& ws, GemmRunner& gemm,
                                      cudaStream_t stream) {
   const AttnShape& shape = shape_;
   const int d = shape.width(), t = shape.t, hd = shape.head_dim, tp = ws.tp;

@@ -47,8 +47,8 @@ struct QAttnOperand {
 };
 
 enum class QAttnKernel {
-  kAuto,    // fused where the fused attention kernels take the head size (64, 128), sliced otherwise
-  kFused,   // head_dim 64 or 128 only (fp4::Error otherwise)
+  kAuto,   // fused where the fused attention kernels take the head size (64, 128), sliced otherwise
+  kFused,  // head_dim 64 or 128 only (fp4::Error otherwise)
   kSliced,
 };
 

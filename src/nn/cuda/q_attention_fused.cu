@@ -35,9 +35,10 @@ void QAttentionCuda::forward_fused(const bf16* v, int ld_qkv, bf16* out, int ld_
   const int d = s.width();
   const size_t row_bytes = static_cast<size_t>(d) * sizeof(bf16),
                pitch = static_cast<size_t>(ld_qkv) * sizeof(bf16);
-  FP4_CUDA_CHECK(cudaMemcpy2DAsync(ws.v_copy.data(), row_bytes, v, pitch, row_bytes, static_cast<size_t>(s.rows()),
-                                   cudaMemcpyDeviceToDevice, stream));
-  queue_scale_log2(softmax_scale_of(s.head_dim), q_.outer.data(), k_.outer.data(), ws.scale_log2.data(), stream);
+  FP4_CUDA_CHECK(cudaMemcpy2DAsync(ws.v_copy.data(), row_bytes, v, pitch, row_bytes,
+                                   static_cast<size_t>(s.rows()), cudaMemcpyDeviceToDevice, stream));
+  queue_scale_log2(softmax_scale_of(s.head_dim), q_.outer.data(), k_.outer.data(), ws.scale_log2.data(),
+                   stream);
   attention_forward_device_scale(ws.q_bar.data(), ws.k_bar.data(), ws.v_copy.data(), d, out, ld_out, lse, s.b,
                                  s.t, s.heads, s.head_dim, ws.scale_log2.data(), stream);
 }

@@ -25,8 +25,8 @@ void attention_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __n
 // finite) when the kernel starts, for scores whose scale is only known there (Q-Attn: the softmax scale times
 // the NVFP4 tensor scales of Q and K; nn/cuda/q_attention_cuda.h). The LSE is of the scores so scaled.
 void attention_forward_device_scale(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                                    int ld_qkv, __nv_bfloat16* out, int ld_out, float* lse, int B, int T, int H,
-                                    int D, const float* scale_log2_device, cudaStream_t stream);
+                                    int ld_qkv, __nv_bfloat16* out, int ld_out, float* lse, int B, int T,
+                                    int H, int D, const float* scale_log2_device, cudaStream_t stream);
 
 // Gradients into dq, dk, dv with row stride ld_dqkv (the engine passes the fused dQKV buffer). dout has
 // row stride ld_out like out. workspace: at least attention_backward_workspace_bytes(B, T, H, D) bytes

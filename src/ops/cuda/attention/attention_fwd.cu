@@ -80,8 +80,8 @@ void attention_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __n
 }
 
 void attention_forward_device_scale(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                                    int ld_qkv, __nv_bfloat16* out, int ld_out, float* lse, int B, int T, int H,
-                                    int D, const float* scale_log2_device, cudaStream_t stream) {
+                                    int ld_qkv, __nv_bfloat16* out, int ld_out, float* lse, int B, int T,
+                                    int H, int D, const float* scale_log2_device, cudaStream_t stream) {
   constexpr const char* kWhat = "attention_forward_device_scale";
   attn::check_shape(kWhat, B, T, H, D, 1.f);
   attn::check_matrix(kWhat, "q", q, ld_qkv, H, D);

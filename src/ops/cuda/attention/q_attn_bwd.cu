@@ -53,26 +53,30 @@ void launch(const QAttnBackwardArgs& a, const Workspace& w, cudaStream_t stream)
   FP4_CUDA_CHECK(cudaMemsetAsync(w.ds_amax, 0, static_cast<size_t>(a.B) * a.H * sizeof(unsigned), stream));
   const int64_t row_threads = rows * (kD / 8);
   const auto row_blocks = static_cast<unsigned>((row_threads + kBlock - 1) / kBlock);
-  attn::attention_bwd_delta_kernel<kD><<<row_blocks, kBlock, 0, stream>>>(a.out, a.dout, a.ld_out, w.delta, a.B,
-                                                                          a.T, a.H);
+  attn::attention_bwd_delta_kernel<kD>
+      <<<row_blocks, kBlock, 0, stream>>>(a.out, a.dout, a.ld_out, w.delta, a.B, a.T, a.H);
   FP4_CUDA_CHECK_LAUNCH("attention_bwd_delta_kernel (q_attn)");
 
-  const attn::BwdParams p{a.q_bar, a.k_bar, nullptr, a.ld_qk,   a.dout,  a.ld_out, a.lse,
-                          w.delta, w.dq_accum, a.dk, a.dv, a.ld_dqkv, a.B, a.T, a.H, a.scale, 0.f};
-  const attn::QAttnBwdExtra x{a.qt_bar, a.kt_bar,     a.v,         a.ld_v,        a.sdec_qt,
-                              a.sdec_kt, w.ds_amax,   a.scale_log2, a.ds_rows,     a.ds_cols,
-                              round_up16(a.T), a.debug_ds, a.debug_ds_rows, a.debug_ds_cols};
-  const dim3 grid(static_cast<unsigned>(a.B * a.H), static_cast<unsigned>((a.T + Tile::kBlockN - 1) / Tile::kBlockN));
+  const attn::BwdParams p{a.q_bar, a.k_bar, nullptr,    a.ld_qk, a.dout, a.ld_out,
+                          a.lse,   w.delta, w.dq_accum, a.dk,    a.dv,   a.ld_dqkv,
+                          a.B,     a.T,     a.H,        a.scale, 0.f};
+  const attn::QAttnBwdExtra x{
+      a.qt_bar,     a.kt_bar,  a.v,       a.ld_v,          a.sdec_qt,  a.sdec_kt,       w.ds_amax,
+      a.scale_log2, a.ds_rows, a.ds_cols, round_up16(a.T), a.debug_ds, a.debug_ds_rows, a.debug_ds_cols};
+  const dim3 grid(static_cast<unsigned>(a.B * a.H),
+                  static_cast<unsigned>((a.T + Tile::kBlockN - 1) / Tile::kBlockN));
   const auto amax_kernel = attn::q_attn_bwd_kernel<kD, kWarps, kBlockM, kMinBlocks, true>;
   const auto main_kernel = attn::q_attn_bwd_kernel<kD, kWarps, kBlockM, kMinBlocks, false>;
-  FP4_CUDA_CHECK(cudaFuncSetAttribute(amax_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-  FP4_CUDA_CHECK(cudaFuncSetAttribute(main_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+  FP4_CUDA_CHECK(
+      cudaFuncSetAttribute(amax_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+  FP4_CUDA_CHECK(
+      cudaFuncSetAttribute(main_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
   amax_kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p, x);
   FP4_CUDA_CHECK_LAUNCH("q_attn_bwd_kernel (amax pass)");
   main_kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p, x);
   FP4_CUDA_CHECK_LAUNCH("q_attn_bwd_kernel");
-  attn::q_attn_dq_kernel<kD><<<row_blocks, kBlock, 0, stream>>>(w.dq_accum, w.ds_amax, a.sdec_kt, a.dq, a.ld_dqkv,
-                                                                a.B, a.T, a.H, a.scale);
+  attn::q_attn_dq_kernel<kD><<<row_blocks, kBlock, 0, stream>>>(w.dq_accum, w.ds_amax, a.sdec_kt, a.dq,
+                                                                a.ld_dqkv, a.B, a.T, a.H, a.scale);
   FP4_CUDA_CHECK_LAUNCH("q_attn_dq_kernel");
 }
 
@@ -94,7 +98,8 @@ __global__ void slice_amax_kernel(const bf16* bar, int64_t ld, const float* sdec
   sh[threadIdx.x] = m;
   __syncthreads();
   for (int half = blockDim.x / 2; half > 0; half >>= 1) {
-    if (static_cast<int>(threadIdx.x) < half) sh[threadIdx.x] = max_f(sh[threadIdx.x], sh[threadIdx.x + half]);
+    if (static_cast<int>(threadIdx.x) < half)
+      sh[threadIdx.x] = max_f(sh[threadIdx.x], sh[threadIdx.x + half]);
     __syncthreads();
   }
   if (threadIdx.x == 0) amax[bh] = sh[0];
@@ -145,16 +150,18 @@ void check_args(const QAttnBackwardArgs& a) {
   FP4_CHECK(static_cast<int64_t>(a.B) * a.H <= 65536, kWhat, ": B*H=", static_cast<int64_t>(a.B) * a.H,
             " exceeds the 65536 (batch, head) random streams of a layer");
   const int64_t tp = round_up16(a.T);
-  FP4_CHECK(a.T * tp / 8 < (int64_t{1} << 32), kWhat, ": T=", a.T, " exceeds the random streams' block index");
+  FP4_CHECK(a.T * tp / 8 < (int64_t{1} << 32), kWhat, ": T=", a.T,
+            " exceeds the random streams' block index");
   struct Matrix {
     const void* ptr;
     int ld;
     const char* name;
   };
-  const Matrix matrices[] = {{a.q_bar, a.ld_qk, "q_bar"}, {a.k_bar, a.ld_qk, "k_bar"}, {a.qt_bar, a.ld_qk, "qt_bar"},
-                             {a.kt_bar, a.ld_qk, "kt_bar"}, {a.v, a.ld_v, "v"},          {a.out, a.ld_out, "out"},
-                             {a.dout, a.ld_out, "dout"},   {a.dq, a.ld_dqkv, "dq"},      {a.dk, a.ld_dqkv, "dk"},
-                             {a.dv, a.ld_dqkv, "dv"}};
+  const Matrix matrices[] = {
+      {a.q_bar, a.ld_qk, "q_bar"},   {a.k_bar, a.ld_qk, "k_bar"}, {a.qt_bar, a.ld_qk, "qt_bar"},
+      {a.kt_bar, a.ld_qk, "kt_bar"}, {a.v, a.ld_v, "v"},          {a.out, a.ld_out, "out"},
+      {a.dout, a.ld_out, "dout"},    {a.dq, a.ld_dqkv, "dq"},     {a.dk, a.ld_dqkv, "dk"},
+      {a.dv, a.ld_dqkv, "dv"}};
   for (const Matrix& m : matrices) attn::check_matrix(kWhat, m.name, m.ptr, m.ld, a.H, a.D);
   for (const auto& [ptr, name] : {std::pair{static_cast<const void*>(a.lse), "lse"},
                                   std::pair{static_cast<const void*>(a.workspace), "workspace"}})
@@ -168,7 +175,8 @@ void check_args(const QAttnBackwardArgs& a) {
 
 size_t q_attention_backward_workspace_bytes(int B, int T, int H, int D) {
   attn::check_shape("q_attention_backward_workspace_bytes", B, T, H, D, 1.f);
-  return dq_accum_bytes(B, T, H, D) + delta_bytes(B, T, H) + align16(static_cast<size_t>(B) * H * sizeof(unsigned));
+  return dq_accum_bytes(B, T, H, D) + delta_bytes(B, T, H) +
+         align16(static_cast<size_t>(B) * H * sizeof(unsigned));
 }
 
 void q_attention_backward(const QAttnBackwardArgs& a, cudaStream_t stream) {
@@ -182,20 +190,20 @@ void q_attention_backward(const QAttnBackwardArgs& a, cudaStream_t stream) {
     launch<128, 4, 32, 1>(a, w, stream);
 }
 
-void q_attention_requantize_along_sequence(const bf16* bar, int ld, const float* sdec, int B, int T, int H, int D,
-                                           RngStream slice0, bf16* out_bar, float* out_sdec, float* amax,
-                                           cudaStream_t stream) {
+void q_attention_requantize_along_sequence(const bf16* bar, int ld, const float* sdec, int B, int T, int H,
+                                           int D, RngStream slice0, bf16* out_bar, float* out_sdec,
+                                           float* amax, cudaStream_t stream) {
   constexpr const char* kWhat = "q_attention_requantize_along_sequence";
-  FP4_CHECK(B >= 1 && T >= 1 && H >= 1 && D >= 16 && D % 16 == 0, kWhat, ": B=", B, ", T=", T, ", H=", H, ", D=", D,
-            " (positive, D a multiple of 16)");
+  FP4_CHECK(B >= 1 && T >= 1 && H >= 1 && D >= 16 && D % 16 == 0, kWhat, ": B=", B, ", T=", T, ", H=", H,
+            ", D=", D, " (positive, D a multiple of 16)");
   FP4_CHECK(ld >= static_cast<int64_t>(H) * D, kWhat, ": row stride ", ld, " below H*D = ", H * D);
   FP4_CHECK(bar && sdec && out_bar && out_sdec && amax, kWhat, ": a null pointer");
   slice_amax_kernel<<<static_cast<unsigned>(B * H), kAmaxThreads, 0, stream>>>(bar, ld, sdec, T, H, D, amax);
   FP4_CUDA_CHECK_LAUNCH("slice_amax_kernel");
   const int64_t total = static_cast<int64_t>(B) * H * ((T + 15) / 16) * D;
   constexpr int kBlock = 256;
-  requantize_along_sequence_kernel<<<static_cast<unsigned>((total + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
-      bar, ld, sdec, B, T, H, D, slice0, amax, out_bar, out_sdec);
+  requantize_along_sequence_kernel<<<static_cast<unsigned>((total + kBlock - 1) / kBlock), kBlock, 0,
+                                     stream>>>(bar, ld, sdec, B, T, H, D, slice0, amax, out_bar, out_sdec);
   FP4_CUDA_CHECK_LAUNCH("requantize_along_sequence_kernel");
 }
 

@@ -24,11 +24,11 @@ struct QAttnBwdExtra {
   int64_t ld_v;
   const float* sdec_qt;  // [B*H]
   const float* sdec_kt;
-  unsigned* ds_amax;          // [B*H] max |dS| as float bits: the amax pass's atomicMax target
-  const float* scale_log2;    // device: scale * S_dec(Q^) * S_dec(K^) * log2(e)
+  unsigned* ds_amax;           // [B*H] max |dS| as float bits: the amax pass's atomicMax target
+  const float* scale_log2;     // device: scale * S_dec(Q^) * S_dec(K^) * log2(e)
   RngStream ds_rows, ds_cols;  // slice 0's streams
-  int tp;                     // T rounded up to 16
-  float* debug_ds;            // optional, q_attn_cuda.h
+  int tp;                      // T rounded up to 16
+  float* debug_ds;             // optional, q_attn_cuda.h
   bf16* debug_ds_rows;
   bf16* debug_ds_cols;
 };
@@ -37,7 +37,8 @@ template <int kD, int kWarps, int kBlockM_>
 struct QAttnBwdTile : BwdTile<kD, kWarps, kBlockM_> {
   using Base = BwdTile<kD, kWarps, kBlockM_>;
   // The plain kernel's tiles plus K^^T (with K and V) and two stages of Q^^T (with Q and dO).
-  static constexpr int kSmemBf16 = Base::kSmemBf16 + Base::kBlockN * Base::kStride + 2 * kBlockM_ * Base::kStride;
+  static constexpr int kSmemBf16 =
+      Base::kSmemBf16 + Base::kBlockN * Base::kStride + 2 * kBlockM_ * Base::kStride;
   static constexpr int kSmemBytes = kSmemBf16 * 2 + 4 * kBlockM_ * 4;
 };
 
@@ -73,7 +74,8 @@ __device__ __forceinline__ float q_attn_quantize(float x, const BlockScale& bs, 
 // dS^T quantized along the queries (operand [key][tp], element key * tp + query) into A fragments for
 // dK += Q(dS^T) Q^^T: block ks of a key row is columns 16ks .. 16ks+15 of the tile, n-blocks 2ks and 2ks+1.
 template <int kBlockM>
-__device__ __forceinline__ void quantize_ds_along_queries(FragA (&out)[kBlockM / 16], const FragC (&ds)[kBlockM / 8],
+__device__ __forceinline__ void quantize_ds_along_queries(FragA (&out)[kBlockM / 16],
+                                                          const FragC (&ds)[kBlockM / 8],
                                                           const TensorScale& ts, RngStream stream, int wkey0,
                                                           int q0, int tp, int lane) {
   const int g = lane >> 2, t = lane & 3;
@@ -111,7 +113,8 @@ __device__ __forceinline__ void quantize_ds_along_queries(FragA (&out)[kBlockM /
 // idx0/8 + 1 (idx0 = query * tp + wkey0, a multiple of 16).
 template <int kBlockM>
 __device__ __forceinline__ void quantize_ds_along_keys(FragC (&ds)[kBlockM / 8], const TensorScale& ts,
-                                                       RngStream stream, int wkey0, int q0, int tp, int lane) {
+                                                       RngStream stream, int wkey0, int q0, int tp,
+                                                       int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int j = 0; j < kBlockM / 8; ++j)
@@ -146,7 +149,8 @@ __device__ __forceinline__ void debug_store(T* dst, const FragC (&a)[kBlockM / 8
     for (int e = 0; e < 4; ++e) {
       const int key = wkey0 + g + 8 * (e >> 1), query = q0 + 8 * j + 2 * t + (e & 1);
       if (key >= rows || query >= rows) continue;
-      const int64_t at = by_query ? static_cast<int64_t>(query) * tp + key : static_cast<int64_t>(key) * tp + query;
+      const int64_t at =
+          by_query ? static_cast<int64_t>(query) * tp + key : static_cast<int64_t>(key) * tp + query;
       dst[at] = static_cast<T>(a[j].x[e]);
     }
 }
@@ -169,15 +173,16 @@ __device__ __forceinline__ void a_to_accum(FragC (&out)[kBlockM / 8], const Frag
 // Grid: x = batch*head, y = key tile. kAmaxPass: only max |dS| of the slice (into x.ds_amax); otherwise the
 // gradients, with that amax as dS's tensor scale.
 template <int kD, int kWarps, int kBlockM, int kMinBlocks, bool kAmaxPass>
-__global__ void __launch_bounds__(32 * kWarps, kMinBlocks) q_attn_bwd_kernel(const BwdParams p, const QAttnBwdExtra x) {
+__global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
+    q_attn_bwd_kernel(const BwdParams p, const QAttnBwdExtra x) {
   using Tile = QAttnBwdTile<kD, kWarps, kBlockM>;
   constexpr int kStride = Tile::kStride, kBlockN = Tile::kBlockN, kThreads = Tile::kThreads;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* s_k = reinterpret_cast<bf16*>(smem);
   bf16* s_kt = s_k + kBlockN * kStride;
   bf16* s_v = s_kt + kBlockN * kStride;
-  bf16* s_q = s_v + kBlockN * kStride;       // two stages
-  bf16* s_qt = s_q + 2 * kBlockM * kStride;  // two stages
+  bf16* s_q = s_v + kBlockN * kStride;        // two stages
+  bf16* s_qt = s_q + 2 * kBlockM * kStride;   // two stages
   bf16* s_do = s_qt + 2 * kBlockM * kStride;  // two stages
   bf16* s_ds = s_do + 2 * kBlockM * kStride;
   float* s_lse = reinterpret_cast<float*>(s_ds + kBlockN * Tile::kStrideDs);  // two stages
@@ -225,7 +230,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) q_attn_bwd_kernel(con
   };
 
   copy_tile_async<kBlockN, kD, kStride, kThreads>(s_k, k, p.ld_qkv, key0, p.T, tid);
-  if constexpr (!kAmaxPass) copy_tile_async<kBlockN, kD, kStride, kThreads>(s_kt, kt, p.ld_qkv, key0, p.T, tid);
+  if constexpr (!kAmaxPass)
+    copy_tile_async<kBlockN, kD, kStride, kThreads>(s_kt, kt, p.ld_qkv, key0, p.T, tid);
   copy_tile_async<kBlockN, kD, kStride, kThreads>(s_v, v, x.ld_v, key0, p.T, tid);
   load_query_tile(first_tile, 0);
   cp_async_commit();
@@ -301,8 +307,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) q_attn_bwd_kernel(con
 
 // dq[token][h*kD + d] = BF16(dq_accum * s * S_dec(dS) * S_dec(K^^T)) of the token's slice.
 template <int kD>
-__global__ void q_attn_dq_kernel(const float* dq_accum, const unsigned* ds_amax, const float* sdec_kt, bf16* dq,
-                                 int64_t ld_dq, int B, int T, int H, float scale) {
+__global__ void q_attn_dq_kernel(const float* dq_accum, const unsigned* ds_amax, const float* sdec_kt,
+                                 bf16* dq, int64_t ld_dq, int B, int T, int H, float scale) {
   constexpr int kParts = kD / 8;
   const int64_t total = static_cast<int64_t>(B) * T * H * kParts;
   const int64_t gid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -27,7 +27,8 @@ struct QAttnBackwardArgs {
   const __nv_bfloat16 *q_bar = nullptr, *k_bar = nullptr, *qt_bar = nullptr, *kt_bar = nullptr;
   int ld_qk = 0;
   const float *sdec_qt = nullptr, *sdec_kt = nullptr;  // [B*H]: S_dec of Q^^T and K^^T per slice
-  const float* scale_log2 = nullptr;  // device, one float: scale * S_dec(Q^) * S_dec(K^) * log2(e), the forward's
+  const float* scale_log2 =
+      nullptr;  // device, one float: scale * S_dec(Q^) * S_dec(K^) * log2(e), the forward's
   const __nv_bfloat16* v = nullptr;
   int ld_v = 0;
   const __nv_bfloat16 *out = nullptr, *dout = nullptr;  // the forward's output and its gradient
@@ -51,8 +52,8 @@ void q_attention_backward(const QAttnBackwardArgs& a, cudaStream_t stream);
 // Q^^T (or K^^T) of every slice: the forward's view X^ = bar * S_dec (bar: q * s_b, row stride ld, head h at
 // columns h*D; sdec: one float) re-quantized to NVFP4 with stochastic rounding in 1x16 blocks along the
 // sequence, one tensor scale per (batch, head) slice (sr_headroom target), stream slice0 + (slice << 32),
-// element index c * tp + token of the CPU reference's [D x tp] operand. Writes the q * s_b values to out_bar at
-// X's positions (row stride ld) and each slice's S_dec to out_sdec [B*H]; amax [B*H] is scratch.
+// element index c * tp + token of the CPU reference's [D x tp] operand. Writes the q * s_b values to out_bar
+// at X's positions (row stride ld) and each slice's S_dec to out_sdec [B*H]; amax [B*H] is scratch.
 void q_attention_requantize_along_sequence(const __nv_bfloat16* bar, int ld, const float* sdec, int B, int T,
                                            int H, int D, RngStream slice0, __nv_bfloat16* out_bar,
                                            float* out_sdec, float* amax, cudaStream_t stream);
