@@ -54,8 +54,8 @@ struct ShardCase {
 std::vector<const StateTensor*> moments_of(const std::vector<StateTensor>& state, const std::string& name) {
   std::vector<const StateTensor*> out;
   for (const StateTensor& t : state)
-    for (const std::string prefix :
-         {std::string(kAdamMomentPrefix[0]), std::string(kAdamMomentPrefix[1]), std::string(kRootMomentPrefix)})
+    for (const std::string prefix : {std::string(kAdamMomentPrefix[0]), std::string(kAdamMomentPrefix[1]),
+                                     std::string(kRootMomentPrefix)})
       if (t.name == prefix + name) out.push_back(&t);
   return out;
 }
@@ -81,8 +81,8 @@ std::vector<IndexRange> factor_ranges(const std::vector<ParameterInfo>& params) 
 }
 
 std::vector<IndexRange> trainer_shards(const std::vector<ParameterInfo>& params, bool whole_tensors) {
-  const ShardPlan plan =
-      whole_tensors ? make_tensor_shard_plan(params, 2, root_step_costs(params)) : make_shard_plan(params, 2, 128);
+  const ShardPlan plan = whole_tensors ? make_tensor_shard_plan(params, 2, root_step_costs(params))
+                                       : make_shard_plan(params, 2, 128);
   std::vector<IndexRange> out;
   for (const RankShard& r : plan.ranks) out.push_back({r.begin, r.end});
   return out;
@@ -167,8 +167,7 @@ TEST_P(CudaEngineShards, TwoThreadRanksMatchOneEngineThroughARealignment) {
       for (size_t s = 0; s < kSteps; ++s) {
         const std::string where = what + ", rank " + std::to_string(q) + ", step " + std::to_string(s + 1);
         EXPECT_EQ(stats[q][s].loss, want_stats[s].loss) << where;
-        // A data-parallel step counts the tokens of every rank (two ranks, fed the same batch).
-        EXPECT_EQ(stats[q][s].tokens, 2 * want_stats[s].tokens) << where;
+        EXPECT_EQ(stats[q][s].tokens, 2 * want_stats[s].tokens) << where;  // the job's: both ranks' rows
         EXPECT_NEAR(stats[q][s].grad_norm, want_stats[s].grad_norm, 1e-12 * want_stats[s].grad_norm) << where;
         expect_same_floats(want_values[s], values[q][s], where + ": parameters");
         expect_same_state(want_state[s], states[q][s], where + ": state");
@@ -176,20 +175,20 @@ TEST_P(CudaEngineShards, TwoThreadRanksMatchOneEngineThroughARealignment) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Recipes, CudaEngineShards,
-    ::testing::Values(ShardCase{"q_adamw", "tetrajet-v2-qadamw", {}, false, false},
-                      ShardCase{"lora_svd_adamw",
-                                "tetrajet-v2-lorasvd",
-                                {"lora_svd.realign_every=2", "lora_svd.rank=16"},
-                                false,
-                                true},
-                      ShardCase{"lora_svd_q_root",
-                                "tetrajet-v2-lorasvd",
-                                {"lora_svd.realign_every=2", "lora_svd.rank=16", "optimizer=q-root"},
-                                true,
-                                true}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Recipes, CudaEngineShards,
+                         ::testing::Values(ShardCase{"q_adamw", "tetrajet-v2-qadamw", {}, false, false},
+                                           ShardCase{"lora_svd_adamw",
+                                                     "tetrajet-v2-lorasvd",
+                                                     {"lora_svd.realign_every=2", "lora_svd.rank=16"},
+                                                     false,
+                                                     true},
+                                           ShardCase{"lora_svd_q_root",
+                                                     "tetrajet-v2-lorasvd",
+                                                     {"lora_svd.realign_every=2", "lora_svd.rank=16",
+                                                      "optimizer=q-root"},
+                                                     true,
+                                                     true}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // q-adamw on a plan aligned to 64 instead of 128: the boundary cuts a tile, and set_data_parallel refuses it
 // on both ranks, naming q-adamw, the parameter and the tiles, before the engine changes (it then trains
@@ -217,7 +216,8 @@ TEST(CudaEngineShardsRefusals, QAdamWRefusesAShardThatCutsATile) {
     losses[r] = e->train_step({&b, 1}, h).loss;  // no collective: the engine stayed a single process
   });
   for (size_t q = 0; q < 2; ++q) {
-    EXPECT_NE(msgs[q].find("q-adamw (CUDA): rank " + std::to_string(q) + "'s shard"), std::string::npos) << msgs[q];
+    EXPECT_NE(msgs[q].find("q-adamw (CUDA): rank " + std::to_string(q) + "'s shard"), std::string::npos)
+        << msgs[q];
     EXPECT_NE(msgs[q].find("128-element tiles"), std::string::npos) << msgs[q];
     EXPECT_TRUE(std::isfinite(losses[q]));
   }

@@ -85,7 +85,9 @@ TEST(CudaQAdamWShards, ThreadRanksMatchOneProcessAndResumeOnOtherRankCounts) {
   std::mt19937 rng(seed);
   const ParameterSet ps0 = make_params(rng);
   ASSERT_EQ(ps0.numel(), 7289);
-  const auto grads_of_step = [&](int step) { return gradients(ps0, seed + 7919u * static_cast<uint32_t>(step)); };
+  const auto grads_of_step = [&](int step) {
+    return gradients(ps0, seed + 7919u * static_cast<uint32_t>(step));
+  };
   const StepHyper h = hyper();
 
   // One process: steps 1-4; the values after each, the state after steps 3 and 4.

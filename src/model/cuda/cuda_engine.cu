@@ -149,9 +149,9 @@ class CudaEngine final : public TrainingEngine,
   }
 
   // Every optimizer shards (q-adamw on 128-element tiles, the ROOT family on whole tensors) and LoRA-SVD runs
-  // on every rank: its gradient split is linear in each rank's dW and comes before the reduce-scatter, and its
-  // realignment after the all-gather is deterministic on identical parameters, so every rank realigns alike
-  // and then zeroes the factors' moments in its own shard.
+  // on every rank: its gradient split is linear in each rank's dW and comes before the reduce-scatter, and
+  // its realignment after the all-gather is deterministic on identical parameters, so every rank realigns
+  // alike and then zeroes the factors' moments in its own shard.
   void set_data_parallel(const DataParallel& dp) override {
     set_device();
     FP4_CHECK(dp.comm != nullptr && dp.comm->device_memory(), "CUDA engine: data parallelism needs a device ",

@@ -103,7 +103,8 @@ class AdamWOnDevice final : public DeviceOptimizer {
 // a tensor fall on its 128-element tiles (the trainer's plan is aligned to 128).
 class QAdamWOnDevice final : public DeviceOptimizer {
  public:
-  QAdamWOnDevice(const DeviceParams& params, cudaStream_t stream, uint64_t seed) : qadam_(params, stream, seed) {}
+  QAdamWOnDevice(const DeviceParams& params, cudaStream_t stream, uint64_t seed)
+      : qadam_(params, stream, seed) {}
 
   std::string name() const override { return "q-adamw"; }
   void queue_step(DeviceParams& params, const StepHyper& hyper, const double* loss_sums) override {

@@ -160,7 +160,8 @@ void DeviceQAdamW::queue_step(DeviceParams& params, const StepHyper& h, const do
   if (comm_) {
     // This rank's sums of squares, then the job's norm, non-finite flag and clipping factor.
     grad_norm_and_clip(params.grads(), chunks_.data(), n_chunks_, first_chunk_.data(), n_pieces_,
-                       chunk_partials_.data(), param_sumsq_.data(), loss_sums, 0.0f, control_.data(), stream_);
+                       chunk_partials_.data(), param_sumsq_.data(), loss_sums, 0.0f, control_.data(),
+                       stream_);
     all_reduce_norm_and_clip(param_sumsq_.data(), n_pieces_, dp_scalars_.data(), h.grad_clip, control_.data(),
                              *comm_, stream_);
   } else {
@@ -176,7 +177,8 @@ void DeviceQAdamW::queue_step(DeviceParams& params, const StepHyper& h, const do
                   control_.data(), amax_.data(), fault_.data(), stream_);
   // Every tensor's amax over all ranks (QAdamW's all-reduce): the scales, and so the bytes, are one
   // process's whatever the shards.
-  if (comm_) q_adamw_all_reduce_amax(amax_.data(), fault_.data(), n_params_, amax_slots_.data(), *comm_, stream_);
+  if (comm_)
+    q_adamw_all_reduce_amax(amax_.data(), fault_.data(), n_params_, amax_slots_.data(), *comm_, stream_);
   q_adamw_write(params.values(), params.grads(), params.values_bf16(), packed(), pieces_.data(), n_pieces_,
                 tiles_, n_params_, a, control_.data(), amax_.data(), fault_.data(), stream_);
 }
@@ -240,8 +242,8 @@ DeviceQAdamW::HostState DeviceQAdamW::full_host_state() const {
     const auto from = static_cast<size_t>(pc.first_tile);
     const auto n = static_cast<size_t>(q_adamw_tiles(pc.numel));
     for (int k = 0; k < 2; ++k) {
-      copy_on_device(buf.data() + g.codes[k] + at * kQAdamCodeBytes, codes_[k].data() + from * kQAdamCodeBytes,
-                     n * kQAdamCodeBytes, stream_);
+      copy_on_device(buf.data() + g.codes[k] + at * kQAdamCodeBytes,
+                     codes_[k].data() + from * kQAdamCodeBytes, n * kQAdamCodeBytes, stream_);
       copy_on_device(buf.data() + g.scales[k] + at * kQAdamScaleBytes,
                      scales_[k].data() + from * kQAdamScaleBytes, n * kQAdamScaleBytes, stream_);
       if (pc.tile0 == 0)
@@ -338,8 +340,8 @@ void DeviceQAdamW::load_state(const StateIndex& index, const DeviceParams& param
   }
   for (int i = 0; i < n_params_; ++i)
     for (int k = 0; k < 2; ++k)
-      std::memcpy(scale[k].data() + 2 * i, found[static_cast<size_t>(i)][static_cast<size_t>(3 * k + 2)]->bytes.data(),
-                  8);
+      std::memcpy(scale[k].data() + 2 * i,
+                  found[static_cast<size_t>(i)][static_cast<size_t>(3 * k + 2)]->bytes.data(), 8);
   for (int k = 0; k < 2; ++k) {
     copy_to_device(codes_[k].data(), codes[k].data(), codes[k].size(), stream_);
     copy_to_device(scales_[k].data(), scales[k].data(), scales[k].size(), stream_);

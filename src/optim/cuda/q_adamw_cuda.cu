@@ -82,8 +82,8 @@ __device__ void decode_group(const QAdamPacked& st, int k, const Slot& s, float 
 // Decodes the group's m and v and runs cpu::adamw_update on its data elements: m, v receive the new
 // moments and p the new weights (entries past `valid` are left 0).
 __device__ void update_group(const float* values, const float* grads, const QAdamPacked& st,
-                             const QAdamPiece& t, const Slot& s, const QAdamStepArgs& a, float clip,
-                             float* m, float* v, float* p) {
+                             const QAdamPiece& t, const Slot& s, const QAdamStepArgs& a, float clip, float* m,
+                             float* v, float* p) {
   float xm[16], xr[16];
   decode_group(st, 0, s, st.scale[0][2 * s.ti], xm);
   decode_group(st, 1, s, st.scale[1][2 * s.ti], xr);
@@ -316,7 +316,8 @@ __global__ void pack_slots_kernel(const float* __restrict__ amax, const uint32_t
   double* mine = slots + static_cast<int64_t>(rank) * row;
   for (int j = static_cast<int>(threadIdx.x); j < 2 * n_tensors; j += static_cast<int>(blockDim.x))
     mine[j] = static_cast<double>(amax[j]);
-  if (threadIdx.x == 0) mine[2 * n_tensors] = *fault == kQAdamNoFault ? 0.0 : static_cast<double>(*fault) + 1.0;
+  if (threadIdx.x == 0)
+    mine[2 * n_tensors] = *fault == kQAdamNoFault ? 0.0 : static_cast<double>(*fault) + 1.0;
 }
 
 // The job's amax of each tensor (max over the rows) and its first fault (the smallest over the rows).
@@ -325,7 +326,8 @@ __global__ void unpack_slots_kernel(const double* __restrict__ slots, int n_tens
   const int row = 2 * n_tensors + 1;
   for (int j = static_cast<int>(threadIdx.x); j < 2 * n_tensors; j += static_cast<int>(blockDim.x)) {
     float a = 0.0f;
-    for (int r = 0; r < world; ++r) a = max_f(a, static_cast<float>(slots[static_cast<int64_t>(r) * row + j]));
+    for (int r = 0; r < world; ++r)
+      a = max_f(a, static_cast<float>(slots[static_cast<int64_t>(r) * row + j]));
     amax[j] = a;
   }
   if (threadIdx.x == 0) {
@@ -370,9 +372,10 @@ void q_adamw_init(const QAdamPacked& state, const QAdamPiece* pieces, int n_piec
   FP4_CUDA_CHECK_LAUNCH("q-adamw scale_kernel");
 }
 
-void q_adamw_measure(const float* values, const float* grads, const QAdamPacked& state, const QAdamPiece* pieces,
-                     int n_pieces, int64_t total_tiles, int n_tensors, const QAdamStepArgs& args,
-                     const StepControl* control, float* amax, uint32_t* fault, cudaStream_t stream) {
+void q_adamw_measure(const float* values, const float* grads, const QAdamPacked& state,
+                     const QAdamPiece* pieces, int n_pieces, int64_t total_tiles, int n_tensors,
+                     const QAdamStepArgs& args, const StepControl* control, float* amax, uint32_t* fault,
+                     cudaStream_t stream) {
   FP4_CHECK(n_tensors > 0 && n_pieces >= 0 && total_tiles >= 0, "q_adamw_measure: ", n_tensors, " tensors, ",
             n_pieces, " pieces, ", total_tiles, " tiles");
   FP4_CUDA_CHECK(cudaMemsetAsync(amax, 0, 2 * static_cast<size_t>(n_tensors) * sizeof(float), stream));
@@ -402,9 +405,8 @@ void q_adamw_write(float* values, const float* grads, bf16* values_bf16, const Q
   FP4_CHECK(n_tensors > 0 && n_pieces >= 0 && total_tiles >= 0, "q_adamw_write: ", n_tensors, " tensors, ",
             n_pieces, " pieces, ", total_tiles, " tiles");
   if (total_tiles > 0) {
-    write_kernel<<<blocks_for(total_tiles), kThreads, 0, stream>>>(values, grads, values_bf16, state, pieces,
-                                                                   n_pieces, total_tiles, args, control, amax,
-                                                                   fault);
+    write_kernel<<<blocks_for(total_tiles), kThreads, 0, stream>>>(
+        values, grads, values_bf16, state, pieces, n_pieces, total_tiles, args, control, amax, fault);
     FP4_CUDA_CHECK_LAUNCH("q-adamw write_kernel");
   }
   scale_kernel<<<(n_tensors + 127) / 128, 128, 0, stream>>>(state, n_tensors, amax, control, fault);
