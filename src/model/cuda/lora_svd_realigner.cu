@@ -1,10 +1,7 @@
 #include <algorithm>
-#include <atomic>
-#include <exception>
-#include <mutex>
-#include <thread>
 
 #include "core/error.h"
+#include "core/parallel_for.h"
 #include "model/cuda/lora_svd_realigner.h"
 
 namespace fp4::cuda {
@@ -29,27 +26,9 @@ void LoraSvdRealigner::realign(int64_t step, DeviceParams& params) const {
   }
   // The layers are independent and each one's result depends only on its own inputs and stream, so
   // realigning them on several host threads gives the same bits as the CPU engine's loop.
-  const size_t workers =
-      std::clamp<size_t>(std::thread::hardware_concurrency(), 1, std::max<size_t>(layers.size(), 1));
-  std::atomic<size_t> next{0};
-  std::exception_ptr failure;
-  std::mutex failure_mutex;
-  auto work = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < layers.size();) {
-      try {
-        registry_.realign_layer(layers[k], host[k].w.data(), host[k].l1.data(), host[k].l2.data(), seed_,
-                                index);
-      } catch (...) {
-        const std::lock_guard<std::mutex> lock(failure_mutex);
-        if (!failure) failure = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < workers; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
-  if (failure) std::rethrow_exception(failure);
+  parallel_for(layers.size(), host_threads(), [&](size_t k) {
+    registry_.realign_layer(layers[k], host[k].w.data(), host[k].l1.data(), host[k].l2.data(), seed_, index);
+  });
   for (size_t k = 0; k < layers.size(); ++k) {
     params.write_value(layers[k].w_res, host[k].w);
     params.write_value(layers[k].l1, host[k].l1);

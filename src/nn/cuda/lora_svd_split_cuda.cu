@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/parallel_for.h"
 #include "nn/cuda/lora_svd_split_cuda.h"
 #include "nn/lora_svd.h"
 
@@ -77,15 +78,22 @@ const float* LoraSvdBases::basis(int slot, cudaStream_t stream) {
   if (pending_) {
     // One wait for every queued L2 copy (and for the uploads of the previous round, so u_host is free).
     FP4_CUDA_CHECK(cudaStreamSynchronize(stream));
-    for (Slot& s : slots_) {
-      if (!s.queued) continue;
-      const size_t n = static_cast<size_t>(s.out) * s.r;
+    // The layers' bases are independent host computations (about 1-3 ms each at r = 32, the whole model's
+    // while the GPU waits), so they run on every host thread; each is the CPU function's, bit for bit.
+    std::vector<Slot*> queued;
+    for (Slot& s : slots_)
+      if (s.queued) queued.push_back(&s);
+    parallel_for(queued.size(), host_threads(), [&](size_t k) {
+      Slot& s = *queued[k];
       const std::vector<float> u = cholesky_qr2(s.l2_host.data(), s.out, s.r);
       std::copy(u.begin(), u.end(), s.u_host.data());
+    });
+    for (Slot* s : queued) {
+      const size_t n = static_cast<size_t>(s->out) * s->r;
       FP4_CUDA_CHECK(
-          cudaMemcpyAsync(s.u.data(), s.u_host.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream));
-      s.queued = false;
-      s.ready = true;
+          cudaMemcpyAsync(s->u.data(), s->u_host.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream));
+      s->queued = false;
+      s->ready = true;
     }
     pending_ = false;
   }
