@@ -65,6 +65,19 @@ __device__ __forceinline__ BlockScale q_attn_block_scale(float amax16, bool bad,
   return BlockScale{nvfp4_encode_multiplier(code, ts.s_dec), e4m3_decode(code)};
 }
 
+// The scale of a block spread over lanes: this lane's finite maximum m and non-finite flag bad combined with
+// those of the lanes at xor offsets kFirst, 2 kFirst, .., kLast (max and or: the same bits in any order).
+template <int kFirst, int kLast>
+__device__ __forceinline__ BlockScale lanes_block_scale(float m, bool bad, const TensorScale& ts) {
+  int any_bad = bad;
+#pragma unroll
+  for (int off = kFirst; off <= kLast; off <<= 1) {
+    m = max_f(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+    any_bad |= __shfl_xor_sync(0xFFFFFFFFu, any_bad, off);
+  }
+  return q_attn_block_scale(m, any_bad != 0, ts);
+}
+
 // q * s_b of x rounded stochastically with SR word `random` (the CPU's nvfp4_encode_tensor, then the value
 // without S_dec: at most 6 significant bits, exact in BF16).
 __device__ __forceinline__ float q_attn_quantize(float x, const BlockScale& bs, uint32_t random) {
@@ -89,13 +102,7 @@ __device__ __forceinline__ void quantize_ds_along_queries(FragA (&out)[kBlockM /
       bool bad = false;
 #pragma unroll
       for (int i = 0; i < 4; ++i) finite_max(v[i], m, bad);
-      int any_bad = bad;
-#pragma unroll
-      for (int off = 1; off <= 2; off <<= 1) {
-        m = max_f(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
-        any_bad |= __shfl_xor_sync(0xFFFFFFFFu, any_bad, off);
-      }
-      const BlockScale bs = q_attn_block_scale(m, any_bad != 0, ts);
+      const BlockScale bs = lanes_block_scale<1, 2>(m, bad, ts);  // the quad's 4 lanes
       const int64_t key = wkey0 + g + 8 * half;
 #pragma unroll
       for (int pair = 0; pair < 2; ++pair) {  // queries q0 + 16ks + 8pair + 2t and the next: one Philox word
@@ -124,13 +131,7 @@ __device__ __forceinline__ void quantize_ds_along_keys(FragC (&ds)[kBlockM / 8],
       bool bad = false;
       finite_max(ds[j].x[c], m, bad);
       finite_max(ds[j].x[c + 2], m, bad);
-      int any_bad = bad;
-#pragma unroll
-      for (int off = 4; off <= 16; off <<= 1) {
-        m = max_f(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
-        any_bad |= __shfl_xor_sync(0xFFFFFFFFu, any_bad, off);
-      }
-      const BlockScale bs = q_attn_block_scale(m, any_bad != 0, ts);
+      const BlockScale bs = lanes_block_scale<4, 16>(m, bad, ts);  // the 8 lanes of one t
       const int64_t query = q0 + 8 * j + 2 * t + c;
       const uint64_t block0 = static_cast<uint64_t>(query * tp + wkey0) >> 3;
       ds[j].x[c] = q_attn_quantize(ds[j].x[c], bs, sr16_word(philox_block(stream, block0), g));
