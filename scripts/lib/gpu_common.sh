@@ -30,7 +30,10 @@ configure_and_build() {  # configure_and_build TARGET...
 # the GPU machine has no git: FP4_COMMIT names the commit that was built (the caller sets it).
 merge_bench_json() {
   [ -s "$1" ] || { note "bench_to_json: $1 is empty, latest.json not updated"; return 0; }
-  python3 scripts/bench_to_json.py --commit "${FP4_COMMIT:-unknown}" --machine "one NVIDIA H200 (nvidia-h200)" "$1" &&
+  # The device service may lend an H100 for an H200 call: name the card the run actually had.
+  local gpu
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  python3 scripts/bench_to_json.py --commit "${FP4_COMMIT:-unknown}" --machine "one ${gpu:-unknown GPU}" "$1" &&
     cp docs/benchmarks/latest.json "$out/latest.json"
   note "bench_to_json $(basename "$1") rc=$?"
 }
