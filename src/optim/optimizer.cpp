@@ -25,9 +25,11 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const Paramet
   if (name == "q-adamw") return std::make_unique<QAdamW>(params, place, seed);
   // ROOT's hyper-parameters are RootOptions' defaults (momentum 0.95 Nesterov, clip quantile 0.99, update
   // scale 0.2, 5 NS steps); lr and weight decay come from each step's StepHyper.
-  if (name == "root") return std::make_unique<RootOptimizer>(params, place, seed, NsPrecision::kFp32);
-  if (name == "root-bf16") return std::make_unique<RootOptimizer>(params, place, seed, NsPrecision::kBf16);
-  if (name == "q-root") return std::make_unique<RootOptimizer>(params, place, seed, NsPrecision::kNvfp4);
+  if (const auto root = parse_root_optimizer_name(name)) {
+    RootOptions opt;
+    opt.rest = root->rest;
+    return std::make_unique<RootOptimizer>(params, place, seed, root->precision, opt);
+  }
   FP4_THROW("optimizer '", name, "' is unknown (known: ", known_optimizers(), ")");
 }
 

@@ -52,7 +52,8 @@ class Optimizer {
 };
 
 // "adamw", "q-adamw", "root" (ROOT, FP32 Newton-Schulz), "root-bf16" (BF16 NS operands, FP32 accumulation)
-// or "q-root" (NVFP4 NS operands); throws fp4::Error naming the value and the known ones otherwise. `seed` is
+// or "q-root" (NVFP4 NS operands), each ROOT form also with "+q-adamw" (Q-AdamW, not AdamW, for the
+// embedding, head and gains); throws fp4::Error naming the value and the known ones otherwise. `seed` is
 // the run seed (stochastic rounding).
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const ParameterSet& params,
                                           const OptimizerPlacement& place, uint64_t seed);

@@ -38,11 +38,14 @@ float q_adamw_ratio_bound(double b1, double b2, int64_t t) {
   return std::isfinite(b) && b < 3e38 ? static_cast<float>(b) : std::numeric_limits<float>::infinity();
 }
 
-QAdamW::QAdamW(const ParameterSet& params, const OptimizerPlacement& place, uint64_t seed)
+QAdamW::QAdamW(const ParameterSet& params, const OptimizerPlacement& place, uint64_t seed,
+               const TensorSelection& select)
     : place_(place), shard_(place.shard(params.numel())), seed_(seed) {
   const int rank = place.comm ? place.comm->rank() : 0;
   for (int i = 0; i < params.size(); ++i) {
     const auto& p = params.at(i);
+    selected_.push_back(!select || select(p.info));
+    if (!selected_.back()) continue;
     const int64_t n = p.info.numel();
     const int64_t lo = std::max(p.offset, shard_.begin) - p.offset;
     const int64_t hi = std::min(p.offset + n, shard_.end) - p.offset;
@@ -58,6 +61,7 @@ QAdamW::QAdamW(const ParameterSet& params, const OptimizerPlacement& place, uint
 }
 
 void QAdamW::step(ParameterSet& params, const StepHyper& h) {
+  check_layout(params, "step");
   FP4_CHECK(shard_.end <= params.numel(), "q-adamw: state for elements up to ", shard_.end,
             ", parameters hold ", params.numel());
   check_adamw_hyper(h);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "optim/optimizer.h"
@@ -24,10 +25,16 @@ inline constexpr int64_t kQAdamTile = 128;
 inline constexpr const char* kQAdamStepName = "qadamw.step";
 inline constexpr const char* kQAdamSeedName = "qadamw.seed";
 
+// Which tensors an optimizer keeps state for and steps (every tensor when empty).
+using TensorSelection = std::function<bool(const ParameterInfo&)>;
+
 class QAdamW final : public Optimizer {
  public:
   // Throws fp4::Error when a shard boundary cuts a tensor between tiles (naming rank, tensor, element).
-  QAdamW(const ParameterSet& params, const OptimizerPlacement& place, uint64_t seed);
+  // `select`: the tensors this optimizer owns (ROOT's other parameters in "q-root+q-adamw"); the others are
+  // neither stepped nor saved, and the SR keys keep each tensor's index in `params`.
+  QAdamW(const ParameterSet& params, const OptimizerPlacement& place, uint64_t seed,
+         const TensorSelection& select = {});
 
   std::string name() const override { return "q-adamw"; }
   IndexRange shard() const override { return shard_; }
@@ -50,8 +57,10 @@ class QAdamW final : public Optimizer {
   };
 
   std::vector<float> decoded(bool second) const;
+  void check_layout(const ParameterSet& params, const char* what) const;
 
   OptimizerPlacement place_;
+  std::vector<bool> selected_;  // per tensor of the ParameterSet
   IndexRange shard_;
   uint64_t seed_ = 0;
   int64_t step_ = 0;

@@ -25,10 +25,12 @@ size_t round8(size_t b) {
   return (b + 7) / 8 * 8;
 }
 
-std::vector<Regions> layout(const ParameterSet& ps, size_t& total) {
+// Regions of the selected tensors only (the others have none).
+std::vector<Regions> layout(const ParameterSet& ps, const std::vector<bool>& selected, size_t& total) {
   std::vector<Regions> out(static_cast<size_t>(ps.size()));
   total = 0;
   for (int i = 0; i < ps.size(); ++i) {
+    if (!selected[static_cast<size_t>(i)]) continue;
     const auto t = static_cast<size_t>(q_adamw_tiles(ps.at(i).info.numel()));
     const size_t sizes[7] = {t * kCodeBytes, t * kScaleBytes, 8, t * kCodeBytes, t * kScaleBytes, 8, t * 2};
     for (int r = 0; r < 7; ++r) {
@@ -88,9 +90,15 @@ QAdamSavedCounters require_q_adamw_counters(const StateIndex& index) {
   return c;
 }
 
+void QAdamW::check_layout(const ParameterSet& ps, const char* what) const {
+  FP4_CHECK(static_cast<size_t>(ps.size()) == selected_.size(), "q-adamw ", what, ": built for ",
+            selected_.size(), " parameters, given ", ps.size());
+}
+
 std::vector<StateTensor> QAdamW::save_state(const ParameterSet& ps) const {
+  check_layout(ps, "save_state");
   size_t total = 0;
-  const std::vector<Regions> reg = layout(ps, total);
+  const std::vector<Regions> reg = layout(ps, selected_, total);
   // Each rank writes the bytes of its own tiles (and the owner of a tensor's first tile its scales), zero
   // elsewhere: the integer sum over ranks assembles every tensor exactly.
   std::vector<int64_t> words(total / 8, 0);
@@ -115,6 +123,7 @@ std::vector<StateTensor> QAdamW::save_state(const ParameterSet& ps) const {
 
   std::vector<StateTensor> out;
   for (int i = 0; i < ps.size(); ++i) {
+    if (!selected_[static_cast<size_t>(i)]) continue;
     const std::string& name = ps.at(i).info.name;
     const Regions& r = reg[static_cast<size_t>(i)];
     const int64_t t = q_adamw_tiles(ps.at(i).info.numel());
@@ -138,14 +147,17 @@ std::vector<StateTensor> QAdamW::save_state(const ParameterSet& ps) const {
 }
 
 void QAdamW::load_state(const StateIndex& index, const ParameterSet& ps) {
+  check_layout(ps, "load_state");
   FP4_CHECK(index.has(kQAdamStepName) || !index.has(kAdamStepName),
             "load_state: the state holds AdamW moments ('", kAdamStepName,
             "'), but this run's optimizer is q-adamw (recipe field 'optimizer'); resume with ",
             "the optimizer that wrote it");
   // Every tensor checked before anything changes.
-  std::vector<QAdamStateTensors> found;
+  std::vector<QAdamStateTensors> found(static_cast<size_t>(ps.size()));
   for (int i = 0; i < ps.size(); ++i)
-    found.push_back(require_q_adamw_tensors(index, ps.at(i).info.name, q_adamw_tiles(ps.at(i).info.numel())));
+    if (selected_[static_cast<size_t>(i)])
+      found[static_cast<size_t>(i)] =
+          require_q_adamw_tensors(index, ps.at(i).info.name, q_adamw_tiles(ps.at(i).info.numel()));
   const QAdamSavedCounters saved = require_q_adamw_counters(index);
 
   for (Piece& pc : pieces_) {

@@ -39,7 +39,10 @@ float clip_to_abs_quantile(std::span<float> x, double q) {
   return eps;
 }
 
-std::string root_optimizer_name(NsPrecision p) {
+namespace {
+constexpr const char* kQAdamRestSuffix = "+q-adamw";
+
+std::string root_base_name(NsPrecision p) {
   switch (p) {
     case NsPrecision::kFp32:
       return "root";
@@ -49,6 +52,18 @@ std::string root_optimizer_name(NsPrecision p) {
       return "q-root";
   }
   FP4_THROW("root_optimizer_name: unknown Newton-Schulz precision ", static_cast<int>(p));
+}
+}  // namespace
+
+std::string root_optimizer_name(NsPrecision p, RootRest rest) {
+  return root_base_name(p) + (rest == RootRest::kQAdamW ? kQAdamRestSuffix : "");
+}
+
+std::optional<RootChoice> parse_root_optimizer_name(const std::string& name) {
+  for (NsPrecision p : {NsPrecision::kFp32, NsPrecision::kBf16, NsPrecision::kNvfp4})
+    for (RootRest r : {RootRest::kAdamW, RootRest::kQAdamW})
+      if (name == root_optimizer_name(p, r)) return RootChoice{p, r};
+  return std::nullopt;
 }
 
 bool root_eligible(const ParameterInfo& info) {

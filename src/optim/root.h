@@ -17,6 +17,10 @@
 
 namespace fp4 {
 
+// What steps the parameters ROOT does not (embedding, head, norm gains): AdamW as in ROOT's paper, or
+// Q-AdamW as Full-Stack FP4 does (RECIPES.md 4b; the optimizer names with "+q-adamw").
+enum class RootRest { kAdamW, kQAdamW };
+
 struct RootOptions {
   float momentum = 0.95f;
   bool nesterov = true;
@@ -30,6 +34,7 @@ struct RootOptions {
   // Unset: ns_coefficients_for_shape in FP32 and BF16, kQRootNsCoefficients in NVFP4 (the table diverges
   // there).
   std::optional<NsCoefficients> coefficients;
+  RootRest rest = RootRest::kAdamW;
 };
 
 // Throws fp4::Error naming `what` unless momentum in [0, 1), clip_quantile in (0, 1], update_scale
@@ -43,8 +48,16 @@ float abs_quantile(std::span<const float> x, double q);
 float clip_to_abs_quantile(std::span<float> x, double q);
 
 // The optimizer name of ROOT with this Newton-Schulz precision: "root" (kFp32), "root-bf16" (kBf16) or
-// "q-root" (kNvfp4); the CPU RootOptimizer and the CUDA DeviceRoot both answer it.
-std::string root_optimizer_name(NsPrecision p);
+// "q-root" (kNvfp4), with "+q-adamw" appended when Q-AdamW steps the other parameters; the CPU
+// RootOptimizer and the CUDA DeviceRoot both answer it.
+std::string root_optimizer_name(NsPrecision p, RootRest rest = RootRest::kAdamW);
+
+// The precision and rest optimizer a ROOT-family name asks for; nullopt for any other name.
+struct RootChoice {
+  NsPrecision precision;
+  RootRest rest;
+};
+std::optional<RootChoice> parse_root_optimizer_name(const std::string& name);
 
 // Whether ROOT updates this parameter: 2-D, and neither the embedding ("embed") nor the head ("lm_head").
 bool root_eligible(const ParameterInfo& info);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "core/error.h"
 #include "core/state_index.h"
@@ -14,7 +15,7 @@ RootOptimizer::RootOptimizer(const ParameterSet& params, const OptimizerPlacemen
                              NsPrecision precision, RootOptions opt)
     : opt_(opt), place_(place), shard_(place.shard(params.numel())) {
   opt_.precision = precision;
-  const std::string me = "optimizer '" + root_optimizer_name(precision) + "'";
+  const std::string me = "optimizer '" + root_optimizer_name(precision, opt_.rest) + "'";
   check_root_options(opt_, me);
   for (int i = 0; i < params.size(); ++i) {
     const Parameter& p = params.at(i);
@@ -34,15 +35,22 @@ RootOptimizer::RootOptimizer(const ParameterSet& params, const OptimizerPlacemen
     } else {
       adam_index_.push_back(i);
       adam_offset_.push_back(p.offset);
-      adam_params_.add(p.info.name, p.info.shape, p.info.weight_decay, p.init);
+      if (opt_.rest == RootRest::kAdamW)
+        adam_params_.add(p.info.name, p.info.shape, p.info.weight_decay, p.init);
     }
+  }
+  if (opt_.rest == RootRest::kQAdamW) {
+    // Q-AdamW takes this rank's shard from `place`: whole tensors, so no tile is cut.
+    qadam_ = std::make_unique<QAdamW>(params, place, seed,
+                                      [](const ParameterInfo& info) { return !root_eligible(info); });
+    return;
   }
   adam_params_.allocate();
   adam_ = std::make_unique<AdamWOptimizer>(adam_params_, OptimizerPlacement{});
 }
 
 std::string RootOptimizer::name() const {
-  return root_optimizer_name(opt_.precision);
+  return root_optimizer_name(opt_.precision, opt_.rest);
 }
 
 void RootOptimizer::check_layout(const ParameterSet& ps, const char* what) const {
@@ -62,6 +70,10 @@ void RootOptimizer::step(ParameterSet& ps, const StepHyper& h) {
     const int i = root_index_[k];
     const float wd = ps.at(i).info.weight_decay ? h.weight_decay : 0.0f;
     last_info_[k] = roots_[k].step(ps.value(i), ps.grad(i), h.lr, wd, opt_);
+  }
+  if (qadam_) {  // in place on this rank's other tensors (collective, like AdamW's step below)
+    qadam_->step(ps, h);
+    return;
   }
   // Stepped even when this rank holds no AdamW parameter, so that every rank counts the same steps.
   for (size_t k = 0; k < adam_index_.size(); ++k) {
@@ -84,8 +96,8 @@ std::vector<StateTensor> RootOptimizer::save_state(const ParameterSet& ps) const
   std::vector<float> first(static_cast<size_t>(ps.numel()), 0.0f), second(first.size(), 0.0f);
   for (size_t k = 0; k < roots_.size(); ++k)
     std::copy(roots_[k].momentum().begin(), roots_[k].momentum().end(), first.begin() + root_offset_[k]);
-  const AdamW& adam = adam_->state();
-  for (size_t k = 0; k < adam_index_.size(); ++k) {
+  for (size_t k = 0; adam_ && k < adam_index_.size(); ++k) {
+    const AdamW& adam = adam_->state();
     const Parameter& p = adam_params_.at(static_cast<int>(k));
     const auto n = static_cast<size_t>(p.info.numel());
     std::copy_n(adam.first_moment().begin() + p.offset, n, first.begin() + adam_offset_[k]);
@@ -93,7 +105,7 @@ std::vector<StateTensor> RootOptimizer::save_state(const ParameterSet& ps) const
   }
   if (place_.comm) {
     place_.comm->all_gather(first.data(), place_.shards);
-    place_.comm->all_gather(second.data(), place_.shards);
+    if (adam_) place_.comm->all_gather(second.data(), place_.shards);
   }
   std::vector<StateTensor> out;
   for (int i = 0; i < ps.size(); ++i) {
@@ -105,6 +117,11 @@ std::vector<StateTensor> RootOptimizer::save_state(const ParameterSet& ps) const
   StateTensor step{kRootStepName, "I64", {1}, std::vector<uint8_t>(8)};
   std::memcpy(step.bytes.data(), &step_, 8);
   out.push_back(std::move(step));
+  if (qadam_) {  // Q-AdamW's own layout and gather (collective)
+    std::vector<StateTensor> rest = qadam_->save_state(ps);
+    std::move(rest.begin(), rest.end(), std::back_inserter(out));
+    return out;
+  }
   for (int i = 0; i < ps.size(); ++i) {  // AdamW's own layout, its parameters in ParameterSet order
     const Parameter& p = ps.at(i);
     if (root_eligible(p.info)) continue;
@@ -137,8 +154,18 @@ void RootOptimizer::load_state(const StateIndex& index, const ParameterSet& ps) 
     else
       adam_infos.push_back(info);
   }
-  (void)find_adam_state(index, adam_infos);  // throws naming the tensor at fault
-  adam_->load_state(index, adam_params_);
+  const bool saved_q = index.has(kQAdamStepName);
+  FP4_CHECK(saved_q == (qadam_ != nullptr), "load_state: the state's embedding, head and ",
+            "gains were stepped by ", saved_q ? "Q-AdamW ('" : "AdamW ('",
+            saved_q ? kQAdamStepName : kAdamStepName, "'), but this run's optimizer ", name(),
+            " steps them with ", qadam_ ? "Q-AdamW" : "AdamW",
+            " (recipe field 'optimizer'); resume with the optimizer that wrote it");
+  if (qadam_) {
+    qadam_->load_state(index, ps);  // checks every tensor it needs before it changes anything
+  } else {
+    (void)find_adam_state(index, adam_infos);  // throws naming the tensor at fault
+    adam_->load_state(index, adam_params_);
+  }
   for (size_t k = 0; k < roots_.size(); ++k) {
     const ParameterInfo& info = ps.at(root_index_[k]).info;
     const StateTensor& m = index.require(kRootMomentPrefix + info.name, "F32", info.shape);
@@ -149,7 +176,7 @@ void RootOptimizer::load_state(const StateIndex& index, const ParameterSet& ps) 
 }
 
 int64_t RootOptimizer::state_bytes() const {
-  int64_t bytes = adam_->state_bytes();
+  int64_t bytes = adam_ ? adam_->state_bytes() : qadam_->state_bytes();
   for (const auto& r : roots_) bytes += static_cast<int64_t>(r.momentum().size_bytes());
   return bytes;
 }
@@ -164,13 +191,17 @@ void RootOptimizer::reset_moments(const std::vector<IndexRange>& ranges) {
         std::fill(roots_[k].momentum().begin() + (lo - off), roots_[k].momentum().begin() + (hi - off), 0.0f);
     }
     for (size_t k = 0; k < adam_index_.size(); ++k) {
-      const Parameter& p = adam_params_.at(static_cast<int>(k));
+      const ParameterInfo& info = all_infos_[static_cast<size_t>(adam_index_[k])];
       const int64_t off = adam_offset_[k];
-      const int64_t lo = std::max(r.begin, off), hi = std::min(r.end, off + p.info.numel());
-      if (lo < hi) adam_ranges.push_back({p.offset + (lo - off), p.offset + (hi - off)});
+      const int64_t lo = std::max(r.begin, off), hi = std::min(r.end, off + info.numel());
+      if (lo >= hi) continue;
+      FP4_CHECK(adam_, name(), ": cannot zero the moments of ", info.name, " (elements [", lo - off, ", ",
+                hi - off, ")): its Q-AdamW moments are packed in 128-element tiles");
+      const int64_t at = adam_params_.at(static_cast<int>(k)).offset;
+      adam_ranges.push_back({at + (lo - off), at + (hi - off)});
     }
   }
-  adam_->reset_moments(adam_ranges);
+  if (adam_) adam_->reset_moments(adam_ranges);
 }
 
 std::vector<std::string> RootOptimizer::root_parameters() const {
@@ -181,7 +212,7 @@ std::vector<std::string> RootOptimizer::root_parameters() const {
 
 std::vector<std::string> RootOptimizer::adamw_parameters() const {
   std::vector<std::string> out;
-  for (int j = 0; j < adam_params_.size(); ++j) out.push_back(adam_params_.at(j).info.name);
+  for (int i : adam_index_) out.push_back(all_infos_[static_cast<size_t>(i)].name);
   return out;
 }
 

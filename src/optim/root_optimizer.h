@@ -2,11 +2,14 @@
 // Every root_eligible parameter (2-D, not the embedding nor the head) is one RootMatrix stepped with
 // lr = hyper.lr and decoupled weight decay hyper.weight_decay (0 for parameters not flagged for decay);
 // every other parameter is updated by the existing AdamW, with the same StepHyper, through a compact
-// ParameterSet of those parameters alone (so AdamW keeps moments for them only).
+// ParameterSet of those parameters alone (so AdamW keeps moments for them only), or, with RootOptions::rest
+// = kQAdamW (the "+q-adamw" names, Full-Stack FP4's choice), by Q-AdamW owning just those tensors of the
+// full ParameterSet (its SR keys and data parallelism are then Q-AdamW's own).
 //
 // Checkpoint (the same for root, root-bf16 and q-root): "root.m.<name>" (F32, the matrix's shape) per ROOT
-// matrix, "root.step" (I64 [1]), and the AdamW part in AdamW's own layout ("adamw.m.<name>", "adamw.v.<name>"
-// for the AdamW parameters only, "adamw.step").
+// matrix, "root.step" (I64 [1]), and the other parameters' state in their optimizer's own layout: AdamW's
+// ("adamw.m.<name>", "adamw.v.<name>" for those parameters only, "adamw.step") or Q-AdamW's ("qadamw.*" of
+// those parameters only, "qadamw.step", "qadamw.seed").
 //
 // Data parallelism (ZeRO-1): NS needs each matrix's whole gradient, so every rank's shard must hold whole
 // tensors (dist/shard_plan.h's make_tensor_shard_plan; optimizer_needs_whole_tensors says which optimizers
@@ -19,6 +22,7 @@
 
 #include "optim/adamw_optimizer.h"
 #include "optim/optimizer.h"
+#include "optim/q_adamw.h"
 #include "optim/root.h"
 
 namespace fp4 {
@@ -41,11 +45,13 @@ class RootOptimizer final : public Optimizer {
   std::vector<StateTensor> save_state(const ParameterSet& params) const override;
   void load_state(const StateIndex& index, const ParameterSet& params) override;
   int64_t state_bytes() const override;
-  // Zeroes the momentum of ROOT matrices and the AdamW moments of the other parameters inside `ranges`.
+  // Zeroes the momentum of ROOT matrices and the AdamW moments of the other parameters inside `ranges`;
+  // with Q-AdamW for the other parameters, a range that touches one of them is refused (fp4::Error).
   void reset_moments(const std::vector<IndexRange>& ranges) override;
 
   const RootOptions& options() const { return opt_; }
-  // Names of the parameters ROOT updates, and of those AdamW updates, in ParameterSet order (this rank's).
+  // Names of the parameters ROOT updates, and of the others (AdamW's or Q-AdamW's), in ParameterSet order
+  // (this rank's).
   std::vector<std::string> root_parameters() const;
   std::vector<std::string> adamw_parameters() const;
   // The last step's clipping statistics per ROOT matrix (in root_parameters() order).
@@ -64,8 +70,10 @@ class RootOptimizer final : public Optimizer {
   std::vector<RootMatrix> roots_;
   std::vector<int> adam_index_;       // ParameterSet index of each AdamW parameter
   std::vector<int64_t> adam_offset_;  // its flat-buffer offset in the full ParameterSet
-  ParameterSet adam_params_;  // copies of the AdamW parameters (values and gradients) for AdamW's step
+  // The other parameters' optimizer: AdamW on copies of them (values and gradients), or Q-AdamW in place.
+  ParameterSet adam_params_;
   std::unique_ptr<AdamWOptimizer> adam_;
+  std::unique_ptr<QAdamW> qadam_;
   std::vector<RootStepInfo> last_info_;
 };
 

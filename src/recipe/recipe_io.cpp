@@ -502,12 +502,9 @@ void validate(const Recipe& r) {
               ") must be finite and nonzero");
     FP4_CHECK(p.quantized(), name,
               ": lora_svd protects the quantized linears, but this recipe quantizes none");
-    FP4_CHECK(
-        r.optimizer == "adamw" || r.optimizer == "root" || r.optimizer == "root-bf16" ||
-            r.optimizer == "q-root",
-        name,
-        ": lora_svd resets the optimizer moments of its factors at each realignment, which only optimizer ",
-        "adamw, root, root-bf16 and q-root implement (got '", r.optimizer, "')");
+    FP4_CHECK(optimizer_resets_factor_moments(r.optimizer), name,
+              ": lora_svd resets the optimizer moments of its factors at each realignment, which only ",
+              "adamw and the root optimizers implement (got '", r.optimizer, "')");
   }
 }
 

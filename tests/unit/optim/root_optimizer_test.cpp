@@ -1,15 +1,18 @@
-// RootOptimizer ("root", "q-root"): routing by root_eligible, each ROOT matrix stepped exactly as
-// root_step with the StepHyper's lr / weight decay, the rest exactly as AdamW, save/load bit for bit,
-// whole-tensor ZeRO-1 shards equal to one process, and clear refusals (a shard cutting a tensor, bad
-// hyper-parameters, another optimizer's state).
+// RootOptimizer ("root", "q-root", and the "+q-adamw" forms): routing by root_eligible, each ROOT matrix
+// stepped exactly as root_step with the StepHyper's lr / weight decay, the rest exactly as AdamW (or as
+// Q-AdamW), save/load bit for bit, whole-tensor ZeRO-1 shards equal to one process, and clear refusals (a
+// shard cutting a tensor, bad hyper-parameters, another optimizer's state).
 #include "optim/root_optimizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "core/error.h"
 #include "model/engine_common.h"
@@ -87,6 +90,66 @@ TEST(RootOptimizer, RoutingFollowsRootEligible) {
   EXPECT_EQ(opt.name(), "root");
   EXPECT_EQ(RootOptimizer(ps, {}, 1, NsPrecision::kNvfp4).name(), "q-root");
   EXPECT_EQ(RootOptimizer(ps, {}, 1, NsPrecision::kBf16).name(), "root-bf16");
+  // With Q-AdamW for the rest: the same routing, the rest's state packed (under a fifth of AdamW's).
+  RootOptions q;
+  q.rest = RootRest::kQAdamW;
+  const RootOptimizer qopt(ps, {}, 1, NsPrecision::kNvfp4, q);
+  EXPECT_EQ(qopt.name(), "q-root+q-adamw");
+  EXPECT_EQ(qopt.root_parameters(), want_root);
+  EXPECT_EQ(qopt.adamw_parameters(), want_adam);
+  EXPECT_GT(qopt.state_bytes(), 4 * root_n);
+  EXPECT_LT(qopt.state_bytes() - 4 * root_n, 8 * adam_n / 5);
+  for (const char* name :
+       {"root", "root-bf16", "q-root", "root+q-adamw", "root-bf16+q-adamw", "q-root+q-adamw"}) {
+    const auto choice = parse_root_optimizer_name(name);
+    ASSERT_TRUE(choice.has_value()) << name;
+    EXPECT_EQ(root_optimizer_name(choice->precision, choice->rest), name);
+    EXPECT_EQ(make_optimizer(name, ps, {}, 1)->name(), name);
+  }
+  for (const char* name : {"q-adamw", "q-root+adamw", "q-root+", "+q-adamw", "Q-ROOT"})
+    EXPECT_FALSE(parse_root_optimizer_name(name).has_value()) << name;
+}
+
+// "+q-adamw": the ROOT matrices step exactly as with AdamW for the rest, and the other tensors exactly as a
+// Q-AdamW over the whole set steps them (the selection keeps each tensor's SR key and its own amax), bit
+// for bit over three steps; the state holds Q-AdamW's tensors of the other parameters only.
+TEST(RootOptimizer, QAdamWRestStepsAsRootAndQAdamW) {
+  for (const NsPrecision prec : {NsPrecision::kFp32, NsPrecision::kNvfp4}) {
+    SCOPED_TRACE(root_optimizer_name(prec));
+    const uint64_t seed = fresh_seed();
+    auto rng = std::mt19937_64(seed);
+    ParameterSet ps = make_params(rng);
+    ParameterSet with_adam = ps, with_q = ps;
+    RootOptions q;
+    q.rest = RootRest::kQAdamW;
+    RootOptimizer opt(ps, {}, seed, prec, q);
+    RootOptimizer root_ref(with_adam, {}, seed, prec);  // its ROOT matrices are the reference
+    QAdamW q_ref(with_q, {}, seed);                     // its other tensors are the reference
+    for (int s = 0; s < 3; ++s) {
+      if (s) {
+        new_grads(ps, rng);
+        std::copy(ps.grads().begin(), ps.grads().end(), with_adam.grads().begin());
+        std::copy(ps.grads().begin(), ps.grads().end(), with_q.grads().begin());
+      }
+      opt.step(ps, hyper());
+      root_ref.step(with_adam, hyper());
+      q_ref.step(with_q, hyper());
+      for (int i = 0; i < ps.size(); ++i) {
+        const ParameterSet& want = root_eligible(ps.at(i).info) ? with_adam : with_q;
+        ASSERT_TRUE(std::equal(ps.value(i).begin(), ps.value(i).end(), want.value(i).begin()))
+            << "step " << s << " " << ps.at(i).info.name;
+      }
+    }
+    const std::vector<StateTensor> state = engine_state(opt, ps);
+    const StateIndex index(state);
+    EXPECT_TRUE(index.has("root.m.blocks.0.attn.wqkv"));
+    EXPECT_TRUE(index.has("qadamw.m.codes.embed"));
+    EXPECT_TRUE(index.has("qadamw.v.mean.blocks.0.attn_norm"));
+    EXPECT_TRUE(index.has("qadamw.step"));
+    EXPECT_FALSE(index.has("qadamw.m.codes.blocks.0.attn.wqkv"));
+    EXPECT_FALSE(index.has("adamw.m.embed"));
+    EXPECT_FALSE(index.has("adamw.step"));
+  }
 }
 
 // Two steps of the optimizer equal root_step per matrix and AdamW on a copy, bit for bit.
@@ -132,12 +195,16 @@ TEST(RootOptimizer, StepsMatchRootStepAndAdamW) {
 // Q-Root and root-bf16 (the state's tensors are root's; the precision is the recipe's optimizer field,
 // stored with the checkpoint's recipe).
 TEST(RootOptimizer, SaveLoadResumesBitForBit) {
-  for (const NsPrecision prec : {NsPrecision::kNvfp4, NsPrecision::kBf16}) {
-    SCOPED_TRACE(root_optimizer_name(prec));
+  for (const auto& [prec, rest] :
+       {std::pair{NsPrecision::kNvfp4, RootRest::kAdamW}, std::pair{NsPrecision::kBf16, RootRest::kAdamW},
+        std::pair{NsPrecision::kNvfp4, RootRest::kQAdamW}}) {
+    SCOPED_TRACE(root_optimizer_name(prec, rest));
     const uint64_t seed = fresh_seed();
     auto rng = std::mt19937_64(seed);
     ParameterSet ps = make_params(rng);
-    RootOptimizer a(ps, {}, seed, prec);
+    RootOptions opts;
+    opts.rest = rest;
+    RootOptimizer a(ps, {}, seed, prec, opts);
     for (int s = 0; s < 3; ++s) {
       a.step(ps, hyper());
       new_grads(ps, rng);
@@ -145,11 +212,12 @@ TEST(RootOptimizer, SaveLoadResumesBitForBit) {
     const auto state = engine_state(a, ps);
     const StateIndex index(state);
     EXPECT_TRUE(index.has("root.m.blocks.0.attn.wqkv"));
-    EXPECT_TRUE(index.has("adamw.m.embed"));
+    EXPECT_EQ(index.has("adamw.m.embed"), rest == RootRest::kAdamW);
+    EXPECT_EQ(index.has("qadamw.m.codes.embed"), rest == RootRest::kQAdamW);
     EXPECT_FALSE(index.has("adamw.m.blocks.0.attn.wqkv"));
     EXPECT_FALSE(index.has("root.m.embed"));
     ParameterSet pb = ps;
-    RootOptimizer b(pb, {}, seed + 1, prec);
+    RootOptimizer b(pb, {}, seed + 1, prec, opts);  // the SR seed comes from the state
     b.load_state(index, pb);
     EXPECT_EQ(b.step_count(), 3);
     for (int s = 0; s < 3; ++s) {
@@ -198,6 +266,74 @@ TEST(RootOptimizer, BadStatesAreRefusedBeforeAnyChange) {
     EXPECT_EQ(b.step_count(), 0);
     EXPECT_EQ(b.state_bytes(), a.state_bytes());
   }
+  // The other parameters' optimizer must be the one that wrote them, both ways, named in the message.
+  RootOptions q;
+  q.rest = RootRest::kQAdamW;
+  RootOptimizer qa(ps, {}, seed, NsPrecision::kFp32, q);
+  qa.step(ps, hyper());
+  const std::vector<StateTensor> q_state = engine_state(qa, ps);
+  using Case = std::tuple<RootOptimizer*, const std::vector<StateTensor>*, const char*>;
+  for (const auto& [loader, from, want] :
+       {Case{&b, &q_state, "Q-AdamW ('qadamw.step')"}, Case{&qa, &state, "AdamW ('adamw.step')"}}) {
+    try {
+      loader->load_state(StateIndex(*from), ps);
+      ADD_FAILURE() << loader->name() << " loaded the other rest optimizer's state";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(want));
+      EXPECT_THAT(e.what(), HasSubstr(loader->name()));
+    }
+  }
+  EXPECT_EQ(b.step_count(), 0);
+  EXPECT_EQ(qa.step_count(), 1);
+  // A Q-AdamW moment missing: named before anything changes.
+  std::vector<StateTensor> cut;
+  for (const auto& t : q_state)
+    if (t.name != "qadamw.v.scales.lm_head") cut.push_back(t);
+  RootOptimizer qb(ps, {}, seed, NsPrecision::kFp32, q);
+  try {
+    qb.load_state(StateIndex(cut), ps);
+    ADD_FAILURE() << "loaded a state without qadamw.v.scales.lm_head";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("qadamw.v.scales.lm_head"));
+  }
+  EXPECT_EQ(qb.step_count(), 0);
+}
+
+// LoRA-SVD zeroes its factors' moments at a realignment: the factors are ROOT matrices, which "+q-adamw"
+// zeroes as ROOT does; a range inside a Q-AdamW tensor is refused, naming it, since its moments are packed.
+TEST(RootOptimizer, QAdamWRestResetsRootMomentsAndRefusesItsOwn) {
+  const uint64_t seed = fresh_seed();
+  auto rng = std::mt19937_64(seed);
+  ParameterSet ps = make_params(rng), ref = ps;
+  RootOptions q;
+  q.rest = RootRest::kQAdamW;
+  RootOptimizer opt(ps, {}, seed, NsPrecision::kFp32, q), plain(ref, {}, seed, NsPrecision::kFp32, q);
+  opt.step(ps, hyper());
+  plain.step(ref, hyper());
+  const Parameter& w = ps.at(3);  // blocks.0.mlp.w_down, a ROOT matrix
+  opt.reset_moments({{w.offset + 10, w.offset + 200}});
+  const std::vector<StateTensor> sa = engine_state(opt, ps), sb = engine_state(plain, ref);
+  const StateIndex a(sa), b(sb);
+  const auto& ma = a.require("root.m.blocks.0.mlp.w_down", "F32", w.info.shape).bytes;
+  const auto& mb = b.require("root.m.blocks.0.mlp.w_down", "F32", w.info.shape).bytes;
+  for (size_t e = 0; e < static_cast<size_t>(w.info.numel()); ++e) {
+    float va, vb;
+    std::memcpy(&va, ma.data() + 4 * e, 4);
+    std::memcpy(&vb, mb.data() + 4 * e, 4);
+    if (e >= 10 && e < 200)
+      ASSERT_EQ(va, 0.0f) << e;
+    else
+      ASSERT_EQ(va, vb) << e;
+  }
+  EXPECT_EQ(a.require("qadamw.m.codes.embed", "U8", {10, 64}).bytes,
+            b.require("qadamw.m.codes.embed", "U8", {10, 64}).bytes);
+  try {
+    opt.reset_moments({{ps.at(0).offset + 3, ps.at(0).offset + 4}});
+    ADD_FAILURE() << "reset a Q-AdamW tensor's moments";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("embed"));
+    EXPECT_THAT(e.what(), HasSubstr("128-element tiles"));
+  }
 }
 
 // Shards of whole tensors: rank q holds the tensors [first[q], first[q + 1]) of ps (first.back() = size).
@@ -215,7 +351,7 @@ struct ShardedRun {
 
 // `steps` steps from ps's values (and `from`, if given) on len(first) - 1 thread ranks, each stepping its
 // own tensors, then the values gathered as the engines do; gradients are drawn from (seed, step).
-ShardedRun run_sharded(const ParameterSet& ps0, NsPrecision prec, uint64_t seed,
+ShardedRun run_sharded(const ParameterSet& ps0, NsPrecision prec, RootRest rest, uint64_t seed,
                        const std::vector<int>& first, int first_step, int steps,
                        const std::vector<StateTensor>* from) {
   const int world = static_cast<int>(first.size()) - 1;
@@ -227,7 +363,9 @@ ShardedRun run_sharded(const ParameterSet& ps0, NsPrecision prec, uint64_t seed,
     try {
       ParameterSet ps = ps0;
       const std::vector<IndexRange> shards = tensor_shards(ps, first);
-      RootOptimizer opt(ps, OptimizerPlacement{&comm, shards}, seed, prec);
+      RootOptions opts;
+      opts.rest = rest;
+      RootOptimizer opt(ps, OptimizerPlacement{&comm, shards}, seed, prec, opts);
       if (from) opt.load_state(StateIndex(*from), ps);
       for (int s = first_step; s < first_step + steps; ++s) {
         auto rng = std::mt19937_64(seed + 1000 + static_cast<uint64_t>(s));
@@ -262,26 +400,29 @@ ShardedRun run_sharded(const ParameterSet& ps0, NsPrecision prec, uint64_t seed,
 // them empty) give the same values and the same saved state bit for bit, and a state saved by 3 ranks resumes
 // on 2 and on 1 as the uninterrupted run.
 TEST(RootOptimizer, WholeTensorShardsMatchOneRankAndResumeOnOtherWorldSizes) {
-  for (const NsPrecision prec : {NsPrecision::kFp32, NsPrecision::kBf16, NsPrecision::kNvfp4}) {
-    SCOPED_TRACE(root_optimizer_name(prec));
+  for (const auto& [prec, rest] :
+       {std::pair{NsPrecision::kFp32, RootRest::kAdamW}, std::pair{NsPrecision::kBf16, RootRest::kAdamW},
+        std::pair{NsPrecision::kNvfp4, RootRest::kAdamW},
+        std::pair{NsPrecision::kNvfp4, RootRest::kQAdamW}}) {
+    SCOPED_TRACE(root_optimizer_name(prec, rest));
     const uint64_t seed = fresh_seed();
     auto rng = std::mt19937_64(seed);
     const ParameterSet ps = make_params(rng);  // 7 tensors
-    const ShardedRun one = run_sharded(ps, prec, seed, {0, 7}, 0, 4, nullptr);
+    const ShardedRun one = run_sharded(ps, prec, rest, seed, {0, 7}, 0, 4, nullptr);
     const auto same = [&](const ShardedRun& r, const char* what) {
       EXPECT_EQ(r.values, one.values) << what;
       ASSERT_EQ(r.state.size(), one.state.size()) << what;
       for (size_t i = 0; i < r.state.size(); ++i)
         EXPECT_EQ(r.state[i].bytes, one.state[i].bytes) << what << ": " << r.state[i].name;
     };
-    same(run_sharded(ps, prec, seed, {0, 3, 7}, 0, 4, nullptr), "2 ranks");
-    same(run_sharded(ps, prec, seed, {0, 2, 5, 7}, 0, 4, nullptr), "3 ranks");
-    same(run_sharded(ps, prec, seed, {0, 1, 1, 2, 3, 4, 5, 7, 7}, 0, 4, nullptr), "8 ranks, two empty");
-    const ShardedRun half = run_sharded(ps, prec, seed, {0, 2, 5, 7}, 0, 2, nullptr);
+    same(run_sharded(ps, prec, rest, seed, {0, 3, 7}, 0, 4, nullptr), "2 ranks");
+    same(run_sharded(ps, prec, rest, seed, {0, 2, 5, 7}, 0, 4, nullptr), "3 ranks");
+    same(run_sharded(ps, prec, rest, seed, {0, 1, 1, 2, 3, 4, 5, 7, 7}, 0, 4, nullptr), "8 ranks, two empty");
+    const ShardedRun half = run_sharded(ps, prec, rest, seed, {0, 2, 5, 7}, 0, 2, nullptr);
     ParameterSet mid = ps;
     std::copy(half.values.begin(), half.values.end(), mid.values().begin());
-    same(run_sharded(mid, prec, seed, {0, 4, 7}, 2, 2, &half.state), "3 ranks, resumed on 2");
-    same(run_sharded(mid, prec, seed, {0, 7}, 2, 2, &half.state), "3 ranks, resumed on 1");
+    same(run_sharded(mid, prec, rest, seed, {0, 4, 7}, 2, 2, &half.state), "3 ranks, resumed on 2");
+    same(run_sharded(mid, prec, rest, seed, {0, 7}, 2, 2, &half.state), "3 ranks, resumed on 1");
   }
 }
 

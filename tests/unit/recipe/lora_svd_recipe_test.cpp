@@ -87,9 +87,10 @@ TEST(LoraSvdRecipe, BadValuesAreClearErrors) {
   // Nothing to protect without quantized linears; the moment reset is AdamW's.
   expect_error([] { load_recipe("bf16", {"lora_svd.enabled=true"}); }, "quantizes none");
   expect_error([] { load_recipe("tetrajet-v2-lorasvd", {"optimizer=q-adamw"}); },
-               "adamw, root, root-bf16 and q-root implement");
-  // The ROOT optimizers reset the factors' momentum, whatever their Newton-Schulz precision.
-  for (const char* opt : {"root", "root-bf16", "q-root"})
+               "adamw and the root optimizers implement");
+  // The ROOT optimizers reset the factors' momentum, whatever their Newton-Schulz precision and whatever
+  // steps their other parameters (the factors are ROOT matrices).
+  for (const char* opt : {"root", "root-bf16", "q-root", "root+q-adamw", "q-root+q-adamw"})
     EXPECT_EQ(load_recipe("tetrajet-v2-lorasvd", {std::string("optimizer=") + opt}).optimizer, opt);
 }
 
