@@ -452,10 +452,12 @@ TEST_P(LoraSvdCudaEngine, TinyModelTrainsThroughRealignmentsAndItsStateMovesToTh
             std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimizers, LoraSvdCudaEngine, ::testing::Values("adamw", "root", "q-root"),
+INSTANTIATE_TEST_SUITE_P(Optimizers, LoraSvdCudaEngine,
+                         ::testing::Values("adamw", "root", "q-root", "q-root+q-adamw"),
                          [](const ::testing::TestParamInfo<const char*>& p) {
                            std::string n = p.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
+                           std::replace_if(
+                               n.begin(), n.end(), [](char c) { return c == '-' || c == '+'; }, '_');
                            return n;
                          });
 

@@ -6,6 +6,7 @@
 #include "optim/cuda/device_optimizer.h"
 #include "optim/cuda/device_q_adamw.h"
 #include "optim/cuda/device_root.h"
+#include "recipe/optimizer_names.h"
 
 namespace fp4::cuda {
 
@@ -136,12 +137,12 @@ class QAdamWOnDevice final : public DeviceOptimizer {
   DeviceQAdamW qadam_;
 };
 
-// ROOT / Q-Root: ROOT for the hidden matrices, AdamW for the rest (tensors of the CPU RootOptimizer), on one
-// process or on whole-tensor ZeRO-1 shards.
+// ROOT / Q-Root: ROOT for the hidden matrices, AdamW (or, "+q-adamw", Q-AdamW) for the rest (tensors of the
+// CPU RootOptimizer), on one process or on whole-tensor ZeRO-1 shards.
 class RootOnDevice final : public DeviceOptimizer {
  public:
-  RootOnDevice(const DeviceParams& params, cudaStream_t stream, uint64_t seed, NsPrecision precision)
-      : root_(params, stream, seed, precision) {}
+  RootOnDevice(const DeviceParams& params, cudaStream_t stream, uint64_t seed, RootChoice choice)
+      : root_(params, stream, seed, choice.precision, options(choice)) {}
 
   std::string name() const override { return root_.name(); }
   void queue_step(DeviceParams& params, const StepHyper& hyper, const double* loss_sums) override {
@@ -172,26 +173,31 @@ class RootOnDevice final : public DeviceOptimizer {
   }
 
  private:
+  static RootOptions options(RootChoice choice) {
+    RootOptions opt;
+    opt.rest = choice.rest;
+    return opt;
+  }
+
   DeviceRoot root_;
 };
 
 }  // namespace
 
 bool is_device_optimizer(const std::string& name) {
-  return name == "adamw" || name == "q-adamw" || name == "root" || name == "root-bf16" || name == "q-root";
+  return name == "adamw" || name == "q-adamw" || parse_root_optimizer_name(name).has_value();
 }
 
 std::string device_optimizers() {
-  return "adamw, q-adamw, root, root-bf16 and q-root";
+  return known_optimizers();  // every optimizer of the CPU engine
 }
 
 std::unique_ptr<DeviceOptimizer> make_device_optimizer(const std::string& name, const DeviceParams& params,
                                                        cudaStream_t stream, uint64_t seed) {
   if (name == "adamw") return std::make_unique<AdamWOnDevice>(params, stream);
   if (name == "q-adamw") return std::make_unique<QAdamWOnDevice>(params, stream, seed);
-  if (name == "root") return std::make_unique<RootOnDevice>(params, stream, seed, NsPrecision::kFp32);
-  if (name == "root-bf16") return std::make_unique<RootOnDevice>(params, stream, seed, NsPrecision::kBf16);
-  if (name == "q-root") return std::make_unique<RootOnDevice>(params, stream, seed, NsPrecision::kNvfp4);
+  if (const auto root = parse_root_optimizer_name(name))
+    return std::make_unique<RootOnDevice>(params, stream, seed, *root);
   FP4_THROW("optimizer = \"", name, "\" is not available in the CUDA engine (", device_optimizers(),
             " only; set the recipe field optimizer)");
 }

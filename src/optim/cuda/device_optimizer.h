@@ -63,13 +63,14 @@ class DeviceOptimizer {
   virtual void load_state(const StateIndex& index, const DeviceParams& params) = 0;
 };
 
-// "adamw", "q-adamw", "root" or "q-root" on the device of `stream`; `seed` is the run seed (stochastic
+// Any name of the CPU engine (known_optimizers: adamw, q-adamw, the ROOT forms with or without "+q-adamw") on
+// the device of `stream`; `seed` is the run seed (stochastic
 // rounding). Throws fp4::Error naming the value and the known ones otherwise.
 std::unique_ptr<DeviceOptimizer> make_device_optimizer(const std::string& name, const DeviceParams& params,
                                                        cudaStream_t stream, uint64_t seed);
 
 // The names make_device_optimizer takes, for the engine's recipe check and messages.
 bool is_device_optimizer(const std::string& name);
-std::string device_optimizers();  // "adamw, q-adamw, root, root-bf16 and q-root"
+std::string device_optimizers();  // known_optimizers()
 
 }  // namespace fp4::cuda

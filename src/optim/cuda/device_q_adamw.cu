@@ -37,18 +37,20 @@ void copy_on_device(void* dst, const void* src, size_t bytes, cudaStream_t strea
 
 }  // namespace
 
-DeviceQAdamW::DeviceQAdamW(const DeviceParams& params, cudaStream_t stream, uint64_t seed)
+DeviceQAdamW::DeviceQAdamW(const DeviceParams& params, cudaStream_t stream, uint64_t seed,
+                           const std::function<bool(const ParameterInfo&)>& select)
     : stream_(stream), seed_(seed), n_params_(params.size()), shard_{0, params.numel()}, control_(1) {
   FP4_CHECK(n_params_ > 0, "q-adamw (CUDA): no parameters");
   for (int i = 0; i < n_params_; ++i) {
     const Parameter& p = params.at(i);
     FP4_CHECK(p.info.numel() > 0, "q-adamw (CUDA): parameter ", p.info.name, " is empty");
     names_.push_back(p.info.name);
+    selected_.push_back(!select || select(p.info));
     param_offset_.push_back(p.offset);
     param_numel_.push_back(p.info.numel());
     decay_.push_back(p.info.weight_decay ? 1 : 0);
-    full_first_tile_.push_back(full_tiles_);
-    full_tiles_ += q_adamw_tiles(p.info.numel());
+    full_first_tile_.push_back(full_tiles_);  // the one-process layout holds the selected tensors only
+    if (selected_.back()) full_tiles_ += q_adamw_tiles(p.info.numel());
   }
   for (int k = 0; k < 2; ++k) scale_[k] = DeviceBuffer<float>(2 * static_cast<size_t>(n_params_));
   amax_ = DeviceBuffer<float>(2 * static_cast<size_t>(n_params_));
@@ -61,6 +63,7 @@ std::vector<QAdamPiece> DeviceQAdamW::pieces_in(IndexRange shard, int rank) cons
   std::vector<QAdamPiece> out;
   int64_t tiles = 0;
   for (int i = 0; i < n_params_; ++i) {
+    if (!selected_[static_cast<size_t>(i)]) continue;
     const int64_t off = param_offset_[static_cast<size_t>(i)], n = param_numel_[static_cast<size_t>(i)];
     const int64_t lo = std::max(off, shard.begin) - off, hi = std::min(off + n, shard.end) - off;
     if (lo >= hi) continue;
@@ -169,18 +172,25 @@ void DeviceQAdamW::queue_step(DeviceParams& params, const StepHyper& h, const do
                        chunk_partials_.data(), param_sumsq_.data(), loss_sums, h.grad_clip, control_.data(),
                        stream_);
   }
+  queue_update(params, h, control_.data());
+}
+
+void DeviceQAdamW::queue_update(DeviceParams& params, const StepHyper& h, const StepControl* control) {
+  FP4_CHECK(params.size() == n_params_, "q-adamw (CUDA) update: built for ", n_params_, " parameters, given ",
+            params.size());
+  check_adamw_hyper(h);
   const int64_t step = step_ + 1;
   cpu::AdamWArgs args = adamw_args(h, step);  // weight decay per tensor: QAdamPiece::decay
   args.ratio_bound = q_adamw_ratio_bound(h.beta1, h.beta2, step);
   const QAdamStepArgs a = q_adamw_step_args(args, seed_, step);
   q_adamw_measure(params.values(), params.grads(), packed(), pieces_.data(), n_pieces_, tiles_, n_params_, a,
-                  control_.data(), amax_.data(), fault_.data(), stream_);
+                  control, amax_.data(), fault_.data(), stream_);
   // Every tensor's amax over all ranks (QAdamW's all-reduce): the scales, and so the bytes, are one
   // process's whatever the shards.
   if (comm_)
     q_adamw_all_reduce_amax(amax_.data(), fault_.data(), n_params_, amax_slots_.data(), *comm_, stream_);
   q_adamw_write(params.values(), params.grads(), params.values_bf16(), packed(), pieces_.data(), n_pieces_,
-                tiles_, n_params_, a, control_.data(), amax_.data(), fault_.data(), stream_);
+                tiles_, n_params_, a, control, amax_.data(), fault_.data(), stream_);
 }
 
 void DeviceQAdamW::queue_norm(const DeviceParams& params, const double* loss_sums) {
@@ -196,13 +206,18 @@ StepControl DeviceQAdamW::read_control(std::vector<double>& param_sumsq) const {
   if (!pieces.empty())
     FP4_CUDA_CHECK(cudaMemcpyAsync(pieces.data(), param_sumsq_.data(), pieces.size() * sizeof(double),
                                    cudaMemcpyDeviceToHost, stream_));
-  uint32_t fault = kQAdamNoFault;
-  FP4_CUDA_CHECK(cudaMemcpyAsync(&fault, fault_.data(), sizeof(fault), cudaMemcpyDeviceToHost, stream_));
   StepControl ctl;
   copy_to_host(&ctl, control_.data(), sizeof(ctl), stream_);
   param_sumsq.assign(static_cast<size_t>(n_params_), 0.0);
   for (size_t k = 0; k < pieces.size(); ++k)
     param_sumsq[static_cast<size_t>(host_pieces_[k].param)] += pieces[k];
+  check_fault();
+  return ctl;
+}
+
+void DeviceQAdamW::check_fault() const {
+  uint32_t fault = kQAdamNoFault;
+  copy_to_host(&fault, fault_.data(), sizeof(fault), stream_);
   if (fault != kQAdamNoFault) {
     const auto param = static_cast<size_t>(fault / 2);
     FP4_THROW(
@@ -211,7 +226,6 @@ StepControl DeviceQAdamW::read_control(std::vector<double>& param_sumsq) const {
         " is not finite after the update (or overflows its H16 mixing); the parameters and the moments ",
         "were left unchanged");
   }
-  return ctl;
 }
 
 DeviceQAdamW::HostState DeviceQAdamW::full_host_state() const {
@@ -277,6 +291,7 @@ std::vector<StateTensor> DeviceQAdamW::save_state(const DeviceParams& params) co
   };
   std::vector<StateTensor> out;
   for (int i = 0; i < n_params_; ++i) {
+    if (!selected_[static_cast<size_t>(i)]) continue;
     const std::string& name = params.at(i).info.name;
     const int64_t first = full_first_tile_[static_cast<size_t>(i)];
     const int64_t n = q_adamw_tiles(param_numel_[static_cast<size_t>(i)]);
@@ -310,10 +325,11 @@ void DeviceQAdamW::load_state(const StateIndex& index, const DeviceParams& param
             "'), but this run's optimizer is q-adamw (recipe field 'optimizer'); resume with ",
             "the optimizer that wrote it");
   // Every tensor checked before anything changes (QAdamW::load_state's rules), whatever this rank keeps.
-  std::vector<QAdamStateTensors> found;
+  std::vector<QAdamStateTensors> found(static_cast<size_t>(n_params_));
   for (int i = 0; i < n_params_; ++i)
-    found.push_back(require_q_adamw_tensors(index, params.at(i).info.name,
-                                            q_adamw_tiles(param_numel_[static_cast<size_t>(i)])));
+    if (selected_[static_cast<size_t>(i)])
+      found[static_cast<size_t>(i)] = require_q_adamw_tensors(
+          index, params.at(i).info.name, q_adamw_tiles(param_numel_[static_cast<size_t>(i)]));
   const QAdamSavedCounters saved = require_q_adamw_counters(index);
 
   // This rank's tiles of each tensor, in the device buffers' layout; every tensor's scales.
@@ -339,7 +355,7 @@ void DeviceQAdamW::load_state(const StateIndex& index, const DeviceParams& param
     std::memcpy(mean.data() + at, f[6]->bytes.data() + from * sizeof(uint16_t), n * sizeof(uint16_t));
   }
   for (int i = 0; i < n_params_; ++i)
-    for (int k = 0; k < 2; ++k)
+    for (int k = 0; selected_[static_cast<size_t>(i)] && k < 2; ++k)
       std::memcpy(scale[k].data() + 2 * i,
                   found[static_cast<size_t>(i)][static_cast<size_t>(3 * k + 2)]->bytes.data(), 8);
   for (int k = 0; k < 2; ++k) {

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,15 +29,25 @@ namespace fp4::cuda {
 
 class DeviceQAdamW {
  public:
-  // Zero moments for every parameter of `params`; `seed` is the run seed the SR keys derive from.
-  DeviceQAdamW(const DeviceParams& params, cudaStream_t stream, uint64_t seed);
+  // Zero moments for every parameter of `params` that `select` accepts (every one when empty: QAdamW's
+  // TensorSelection); `seed` is the run seed the SR keys derive from (each tensor keyed by its index in
+  // `params`, selected or not, as on the CPU).
+  DeviceQAdamW(const DeviceParams& params, cudaStream_t stream, uint64_t seed,
+               const std::function<bool(const ParameterInfo&)>& select = {});
 
   // As DeviceAdamW::queue_step: hyper-parameters checked on the host, then the norm, clipping factor and
   // Q-AdamW update of step step_count() + 1 queued; counted only by commit_step(). Sharded, the norm and the
   // tensor amaxes are all-reduced through the communicator (collective) and only this rank's pieces of the
   // values are written: the caller reduce-scatters the gradients before and all-gathers the values after.
   void queue_step(DeviceParams& params, const StepHyper& hyper, const double* loss_sums);
+  // The update alone, with the clipping factor and skip flag of a `control` another optimizer computed over
+  // all parameters (DeviceRoot's, for ROOT's other tensors): hyper-parameters checked, then the measure pass,
+  // the amax all-reduce when sharded (collective) and the write pass.
+  void queue_update(DeviceParams& params, const StepHyper& hyper, const StepControl* control);
   void commit_step() { ++step_; }
+  // Throws fp4::Error naming the parameter when the last queued update's new moments were not finite
+  // (synchronizes; nothing was updated then).
+  void check_fault() const;
   // One process only (GradientProbe).
   void queue_norm(const DeviceParams& params, const double* loss_sums);
 
@@ -81,6 +92,7 @@ class DeviceQAdamW {
   int64_t step_ = 0;
   int n_params_ = 0;
   std::vector<std::string> names_;
+  std::vector<bool> selected_;  // per parameter: its moments are kept here
   std::vector<int64_t> param_offset_, param_numel_;
   std::vector<int32_t> decay_;            // per parameter: 1 when weight decay applies
   std::vector<int64_t> full_first_tile_;  // per parameter: its first tile in the one-process layout

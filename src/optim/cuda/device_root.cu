@@ -2,11 +2,13 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
 
 #include "core/error.h"
 #include "core/state_tensor.h"
 #include "optim/adamw.h"
 #include "optim/cuda/device_root.h"
+#include "optim/q_adamw.h"
 #include "optim/root_optimizer.h"
 
 namespace fp4::cuda {
@@ -30,6 +32,9 @@ DeviceRoot::DeviceRoot(const DeviceParams& params, cudaStream_t stream, uint64_t
     param_numel_.push_back(p.info.numel());
   }
   build(params);
+  if (opt_.rest == RootRest::kQAdamW)
+    qadam_ = std::make_unique<DeviceQAdamW>(params, stream, seed,
+                                            [](const ParameterInfo& info) { return !root_eligible(info); });
 }
 
 // The matrices, AdamW parameters, norm chunks and moments of the parameters inside shard_ (every parameter
@@ -59,6 +64,7 @@ void DeviceRoot::build(const DeviceParams& params) {
       largest = std::max(largest, p.info.numel());
     } else {
       adams_.push_back(AdamPart{i, adam_numel});
+      if (opt_.rest == RootRest::kQAdamW) continue;  // DeviceQAdamW keeps its moments (and its chunks)
       adam_numel += p.info.numel();
       adam_sizes.push_back(p.info.numel());
       decay.push_back(p.info.weight_decay ? 1 : 0);
@@ -112,6 +118,7 @@ void DeviceRoot::set_shard(const DeviceParams& params, const std::vector<IndexRa
   shard_ = shards[static_cast<size_t>(comm->rank())];
   dp_scalars_ = DeviceBuffer<double>(2);
   build(params);
+  if (qadam_) qadam_->set_shard(params, shards, comm);
 }
 
 void DeviceRoot::reset_moments(std::span<const IndexRange> ranges) {
@@ -129,6 +136,11 @@ void DeviceRoot::reset_moments(std::span<const IndexRange> ranges) {
       zero(r, param_offset_[static_cast<size_t>(mat.param)], mat.rows * mat.cols, {m_.data() + mat.offset});
     for (const AdamPart& a : adams_) {
       const auto k = static_cast<size_t>(a.param);
+      const int64_t lo = std::max(r.begin, param_offset_[k]),
+                    hi = std::min(r.end, param_offset_[k] + param_numel_[k]);
+      FP4_CHECK(!qadam_ || lo >= hi, name(), " (CUDA): cannot zero the moments of ", names_[k],
+                " (elements [", lo - param_offset_[k], ", ", hi - param_offset_[k],
+                ")): its Q-AdamW moments are packed in ", "128-element tiles");
       zero(r, param_offset_[k], param_numel_[k], {am_.data() + a.offset, av_.data() + a.offset});
     }
   }
@@ -166,6 +178,10 @@ void DeviceRoot::queue_step(DeviceParams& params, const StepHyper& h, const doub
   }
   trace_k_ = -1;
   trace_ = nullptr;
+  if (qadam_) {  // the clipping factor and skip flag are this optimizer's, over every parameter
+    qadam_->queue_update(params, h, control_.data());
+    return;
+  }
   const cpu::AdamWArgs args = adamw_args(h, adam_step_ + 1);  // weight decay per parameter: adam_decay_
   for (size_t j = 0; j < adams_.size(); ++j) {
     const Parameter& p = params.at(adams_[j].param);
@@ -179,6 +195,7 @@ void DeviceRoot::queue_step(DeviceParams& params, const StepHyper& h, const doub
 void DeviceRoot::commit_step() {
   ++step_;
   ++adam_step_;
+  if (qadam_) qadam_->commit_step();
 }
 
 void DeviceRoot::queue_norm(const DeviceParams& params, const double* loss_sums) {
@@ -207,7 +224,8 @@ StepControl DeviceRoot::read_control(std::vector<double>& param_sumsq) const {
               roots_.size());
     const Matrix& mx = roots_[k];
     const std::string& who = names_[static_cast<size_t>(mx.param)];
-    const std::string left = "; this matrix, the ones after it and the AdamW parameters were left unchanged";
+    const std::string left =
+        "; this matrix, the ones after it and the embedding, head and gains were left unchanged";
     if (fault.kind == kRootNonFiniteNsInput)
       FP4_THROW(who, ": ROOT's Newton-Schulz input [", mx.rows, " x ", mx.cols,
                 "] has non-finite values (sum of squares ", fault.value, ")", left);
@@ -215,6 +233,7 @@ StepControl DeviceRoot::read_control(std::vector<double>& param_sumsq) const {
               mx.cols, "] matrix, expected about ", std::min(mx.rows, mx.cols),
               "); use coefficients stable at this precision", left);
   }
+  if (qadam_) qadam_->check_fault();
   return ctl;
 }
 
@@ -260,6 +279,11 @@ std::vector<StateTensor> DeviceRoot::save_state(const DeviceParams& params) cons
   StateTensor step{kRootStepName, "I64", {1}, std::vector<uint8_t>(8)};
   std::memcpy(step.bytes.data(), &step_, 8);
   out.push_back(std::move(step));
+  if (qadam_) {  // Q-AdamW's own tensors and gather (collective)
+    std::vector<StateTensor> rest = qadam_->save_state(params);
+    std::move(rest.begin(), rest.end(), std::back_inserter(out));
+    return out;
+  }
   for (int i = 0; i < n_params_; ++i) {
     const ParameterInfo& info = params.at(i).info;
     if (root_eligible(info)) continue;
@@ -299,26 +323,37 @@ void DeviceRoot::load_state(const StateIndex& index, const DeviceParams& params)
     else
       all_adam.push_back(info);
   }
-  (void)find_adam_state(index, all_adam);
-  std::vector<ParameterInfo> adam_infos;  // this rank's
-  for (const AdamPart& a : adams_) adam_infos.push_back(params.at(a.param).info);
-  const AdamState adam = find_adam_state(index, adam_infos);
+  const bool saved_q = index.has(kQAdamStepName);
+  FP4_CHECK(saved_q == (qadam_ != nullptr),
+            "load_state: the state's embedding, head and gains were stepped by ",
+            saved_q ? "Q-AdamW ('" : "AdamW ('", saved_q ? kQAdamStepName : kAdamStepName,
+            "'), but this run's optimizer ", name(), " steps them with ", qadam_ ? "Q-AdamW" : "AdamW",
+            " (recipe field 'optimizer'); resume with the optimizer that wrote it");
+  AdamState adam;
+  if (qadam_) {
+    qadam_->load_state(index, params);  // checks every tensor it needs before it changes anything
+  } else {
+    (void)find_adam_state(index, all_adam);
+    std::vector<ParameterInfo> adam_infos;  // this rank's
+    for (const AdamPart& a : adams_) adam_infos.push_back(params.at(a.param).info);
+    adam = find_adam_state(index, adam_infos);
+  }
 
   for (const Matrix& mx : roots_) {
     const ParameterInfo& info = params.at(mx.param).info;
     const StateTensor& m = index.require(kRootMomentPrefix + info.name, "F32", info.shape);
     copy_to_device(m_.data() + mx.offset, m.bytes.data(), m.bytes.size(), stream_);
   }
-  for (size_t j = 0; j < adams_.size(); ++j) {
+  for (size_t j = 0; !qadam_ && j < adams_.size(); ++j) {
     copy_to_device(am_.data() + adams_[j].offset, adam.m[j]->bytes.data(), adam.m[j]->bytes.size(), stream_);
     copy_to_device(av_.data() + adams_[j].offset, adam.v[j]->bytes.data(), adam.v[j]->bytes.size(), stream_);
   }
   step_ = step;
-  adam_step_ = adam.step;
+  adam_step_ = qadam_ ? qadam_->step_count() : adam.step;
 }
 
 int64_t DeviceRoot::state_bytes() const {
-  return static_cast<int64_t>(m_.bytes() + am_.bytes() + av_.bytes());
+  return static_cast<int64_t>(m_.bytes() + am_.bytes() + av_.bytes()) + (qadam_ ? qadam_->state_bytes() : 0);
 }
 
 std::vector<std::string> DeviceRoot::root_parameters() const {

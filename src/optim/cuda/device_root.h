@@ -1,9 +1,10 @@
 // DeviceRoot: the CPU RootOptimizer (optim/root_optimizer.h) on the GPU. Every
 // root_eligible matrix is stepped by ROOT / Q-Root on the device (optim/cuda/root_cuda.h) with FP32 momentum
 // in one flat buffer; every other parameter (embedding, head, norm gains) by AdamW (optim/cuda/adamw_cuda.h)
-// with compact FP32 moments. The global gradient norm, clipping factor and non-finite check are
-// DeviceAdamW's, over all parameters, as the engines clip before the optimizer. Checkpoints use
-// RootOptimizer's tensor names and layout, so a state moves between the CPU and CUDA engines.
+// with compact FP32 moments, or, with RootOptions::rest = kQAdamW ("+q-adamw"), by a DeviceQAdamW that owns
+// just those tensors and takes this optimizer's clipping factor. The global gradient norm, clipping factor
+// and non-finite check are DeviceAdamW's, over all parameters, as the engines clip before the optimizer.
+// Checkpoints use RootOptimizer's tensor names and layout, so a state moves between the CPU and CUDA engines.
 // Data parallelism (ZeRO-1, set_shard): as the CPU RootOptimizer, each rank's shard holds whole tensors
 // (make_tensor_shard_plan); the rank steps and keeps the state of its own tensors, the clipping norm sums
 // every rank's share, and save_state broadcasts each tensor's state from its owner (collective).
@@ -25,6 +26,7 @@
 #include "core/step_types.h"
 #include "nn/cuda/device_params.h"
 #include "optim/cuda/adamw_cuda.h"
+#include "optim/cuda/device_q_adamw.h"
 #include "optim/cuda/root_cuda.h"
 #include "optim/root.h"
 
@@ -37,7 +39,7 @@ class DeviceRoot {
   DeviceRoot(const DeviceParams& params, cudaStream_t stream, uint64_t seed, NsPrecision precision,
              RootOptions opt = {});
 
-  std::string name() const { return root_optimizer_name(opt_.precision); }
+  std::string name() const { return root_optimizer_name(opt_.precision, opt_.rest); }
   const RootOptions& options() const { return opt_; }
 
   // Checks the hyper-parameters (the CPU's rules), then queues the norm, the clipping factor, the ROOT
@@ -64,11 +66,12 @@ class DeviceRoot {
 
   // Zeroes the ROOT momentum and the AdamW moments of the elements in `ranges` (indices into the flat
   // parameter buffer; queued on the stream), as the CPU RootOptimizer::reset_moments: LoRA-SVD's factors
-  // after a realignment. Step counters are kept.
+  // after a realignment. Step counters are kept. With Q-AdamW for the other parameters, a range that touches
+  // one of them is refused (fp4::Error), as on the CPU.
   void reset_moments(std::span<const IndexRange> ranges);
 
   // RootOptimizer::save_state's tensors in its order: root.m.<name>..., root.step, then AdamW's
-  // adamw.m/v.<name> of the AdamW parameters and adamw.step.
+  // adamw.m/v.<name> of the AdamW parameters and adamw.step (or Q-AdamW's tensors of those parameters).
   std::vector<StateTensor> save_state(const DeviceParams& params) const;
   // RootOptimizer::load_state's checks (every tensor before anything changes), then the bytes to the device.
   void load_state(const StateIndex& index, const DeviceParams& params);
@@ -111,6 +114,7 @@ class DeviceRoot {
   std::vector<AdamPart> adams_;
   std::vector<int32_t> adam_first_;  // AdamW parameter j owns adam_chunks_[adam_first_[j], adam_first_[j+1])
   std::unique_ptr<RootStepCuda> root_;
+  std::unique_ptr<DeviceQAdamW> qadam_;  // the other parameters' optimizer with RootRest::kQAdamW
   DeviceBuffer<float> m_, am_, av_;
   DeviceBuffer<ParamChunk> chunks_, adam_chunks_;
   DeviceBuffer<int32_t> first_chunk_;

@@ -34,7 +34,7 @@ using testing::train_on;
 std::string test_name(const ::testing::TestParamInfo<const char*>& info) {
   std::string n = info.param;
   for (auto& c : n)
-    if (c == '-' || c == '=') c = '_';
+    if (c == '-' || c == '=' || c == '+') c = '_';
   return n;
 }
 
@@ -49,8 +49,7 @@ TEST_P(RootTraining, TinyLossDecreases) {
   const uint32_t seed = logged_seed();
   const ModelConfig cfg = model_preset("tiny");
   const Recipe recipe = recipe_for(GetParam());
-  ASSERT_TRUE(recipe.optimizer == "root" || recipe.optimizer == "root-bf16" || recipe.optimizer == "q-root")
-      << recipe.optimizer;
+  ASSERT_TRUE(optimizer_needs_whole_tensors(recipe.optimizer)) << recipe.optimizer;  // a ROOT form
   auto engine = make_cpu_engine(cfg, recipe, seed);
   const Batch batch = random_token_batch(cfg, 4, 64, seed);
   double first = 0;
@@ -61,7 +60,7 @@ TEST_P(RootTraining, TinyLossDecreases) {
 
 INSTANTIATE_TEST_SUITE_P(Recipes, RootTraining,
                          ::testing::Values("optimizer=root", "optimizer=root-bf16", "optimizer=q-root",
-                                           "tetrajet-v2-qroot"),
+                                           "tetrajet-v2-qroot", "optimizer=q-root+q-adamw"),
                          test_name);
 
 class RootEngine : public ::testing::TestWithParam<const char*> {};
@@ -72,14 +71,17 @@ TEST_P(RootEngine, ResumesBitForBit) {
   const Recipe recipe = recipe_for(GetParam());
   const auto state = expect_state_round_trip(cfg, recipe, seed);
   auto a = make_cpu_engine(cfg, recipe, seed);  // the parameter list the state describes
-  // Every matrix ROOT owns has its momentum in the state, every other parameter its AdamW moments.
+  // Every matrix ROOT owns has its momentum in the state, every other parameter its AdamW (or Q-AdamW)
+  // moments.
   const StateIndex index(state);
+  const bool q_rest = parse_root_optimizer_name(recipe.optimizer)->rest == RootRest::kQAdamW;
   int roots = 0;
   for (const auto& p : a->parameters()) {
     const bool root = root_eligible(p);
     roots += root ? 1 : 0;
     EXPECT_EQ(index.has(kRootMomentPrefix + p.name), root) << p.name;
-    EXPECT_EQ(index.has("adamw.m." + p.name), !root) << p.name;
+    EXPECT_EQ(index.has("adamw.m." + p.name), !root && !q_rest) << p.name;
+    EXPECT_EQ(index.has("qadamw.m.codes." + p.name), !root && q_rest) << p.name;
   }
   EXPECT_EQ(roots, 4 * cfg.n_layers) << "wqkv, wo, the SwiGLU input and output per layer";
   // An AdamW engine refuses the ROOT state (its moments are missing), the ROOT engine an AdamW state.
@@ -97,14 +99,16 @@ TEST_P(RootEngine, ResumesBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, RootEngine,
-                         ::testing::Values("optimizer=root", "optimizer=root-bf16", "optimizer=q-root"),
+                         ::testing::Values("optimizer=root", "optimizer=root-bf16", "optimizer=q-root",
+                                           "optimizer=root+q-adamw"),
                          test_name);
 
 // ZeRO-1 shards of whole tensors (the trainer's plan for ROOT, balanced by root_step_costs): two ranks fed
 // the same batch sum to one rank's gradient exactly, so every ROOT matrix and AdamW parameter steps as in
 // one rank, bit for bit. A 128-element plan, which cuts matrices, is refused naming the parameter.
 TEST(RootEngine, WholeTensorShardsMatchOneRank) {
-  for (const char* optimizer : {"optimizer=root", "optimizer=root-bf16", "optimizer=q-root"}) {
+  for (const char* optimizer :
+       {"optimizer=root", "optimizer=root-bf16", "optimizer=q-root", "optimizer=root+q-adamw"}) {
     SCOPED_TRACE(optimizer);
     const uint32_t seed = logged_seed();
     const ModelConfig cfg = model_preset("tiny");
@@ -119,12 +123,13 @@ TEST(RootEngine, WholeTensorShardsMatchOneRank) {
 }
 
 // The flagship presets on the trainer's whole-tensor plan: fullstack-fp4 (LoRA-SVD factors stepped by Q-Root
-// beside the residual weights, Q-Attn) and fp4train-max (with OutControl and OsciReset) step as one rank.
+// beside the residual weights, Q-AdamW for the embedding, head and gains, Q-Attn) and fp4train-max (with
+// OutControl and OsciReset) step as one rank.
 TEST(RootEngine, FlagshipPresetsOnWholeTensorShardsMatchOneRank) {
   for (const char* preset : {"fullstack-fp4", "fp4train-max"}) {
     SCOPED_TRACE(preset);
     const Recipe recipe = load_recipe(preset);
-    ASSERT_EQ(recipe.optimizer, "q-root");
+    ASSERT_EQ(recipe.optimizer, "q-root+q-adamw");
     testing::expect_two_ranks_match_one_rank(
         model_preset("tiny"), recipe, logged_seed(),
         [](const std::vector<ParameterInfo>& params) {

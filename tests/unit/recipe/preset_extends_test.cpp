@@ -122,7 +122,7 @@ TEST(PresetExtends, NewPresetsHoldWhatSection4bSays) {
   EXPECT_EQ(to_toml(policy_of("x", "", fs4.linear)), to_toml(policy_of("x", "", nvidia.linear)));
   EXPECT_TRUE(fs4.lora_svd.enabled);
   EXPECT_EQ(fs4.lora_svd.rank, 32);
-  EXPECT_EQ(fs4.optimizer, "q-root");
+  EXPECT_EQ(fs4.optimizer, "q-root+q-adamw");
   EXPECT_TRUE(fs4.attention.q_attn);
   EXPECT_FALSE(fs4.out_control.enabled);
   EXPECT_FALSE(fs4.osci_reset.enabled);
@@ -131,7 +131,7 @@ TEST(PresetExtends, NewPresetsHoldWhatSection4bSays) {
   EXPECT_EQ(to_toml(policy_of("x", "", max.linear)), to_toml(policy_of("x", "", base.linear)));
   EXPECT_TRUE(max.out_control.enabled && max.osci_reset.enabled && max.lora_svd.enabled &&
               max.attention.q_attn);
-  EXPECT_EQ(max.optimizer, "q-root");
+  EXPECT_EQ(max.optimizer, "q-root+q-adamw");
 }
 
 TEST(PresetExtends, ChildChangesOnlyWhatItNames) {
@@ -194,7 +194,7 @@ TEST(PresetExtends, BadChainsAreErrorsNamingTheFile) {
   // The resolved recipe is validated as a whole.
   const std::string invalid = dir.write(
       "invalid.toml", "extends = \"tetrajet-v2-lorasvd\"\nname = \"invalid\"\noptimizer = \"q-adamw\"\n");
-  expect_error([&] { load_recipe(invalid); }, "only optimizer adamw");
+  expect_error([&] { load_recipe(invalid); }, "only adamw and the root optimizers");
 }
 
 }  // namespace
