@@ -165,7 +165,19 @@ TEST_P(LoraSvdLinearCudaVsCpu, ForwardAndBackwardMatchTheCpuLayer) {
   cudaStreamDestroy(stream);
 
   const double ey = rel_err(y, y_ref), edx = rel_err(dx, dx_ref), edx2 = rel_err(dx2, dx_ref),
-               egw = rel_err(gw, gw_ref), egl1 = rel_err(gl1, gl1_ref), egl2 = rel_err(gl2, gl2_ref);
+               egw = rel_err(gw, gw_ref), egl1 = rel_err(gl1, gl1_ref);
+  // At rank 1, dL2 = beta s u with the scalar s = <dW, u l1^T> (u = L2 / |L2|), an inner product that may
+  // fall near 0 for a given dW: its relative error is then a ratio of two near-Gaussian quantities, heavy-
+  // tailed (0.029 against a typical 0.003 in one of about 30 H100 runs, seed 253360700). So at rank 1 the
+  // error is taken against the largest |beta s| this dW allows, |beta| |u^T dW| |l1| = |dL1| |l1| / |L2|
+  // (dL1 = beta L2^T u u^T dW); a wrong dL2 is still off by its own size on that scale.
+  const auto length = [](const std::vector<float>& v) {
+    double q = 0;
+    for (float e : v) q += double(e) * e;
+    return std::sqrt(q);
+  };
+  double egl2 = rel_err(gl2, gl2_ref);
+  if (r == 1) egl2 *= length(gl2_ref) / (length(gl1_ref) * length(l1) / length(l2));
   std::cout << "[" << recipe_name << " r=" << r << "] relative error y " << ey << ", dX " << edx << " (BF16 "
             << edx2 << "), dW_res " << egw << ", dL1 " << egl1 << ", dL2 " << egl2 << "\n";
   EXPECT_LT(ey, kTolY);

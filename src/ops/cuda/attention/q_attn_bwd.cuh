@@ -84,8 +84,38 @@ __device__ __forceinline__ float q_attn_quantize(float x, const BlockScale& bs, 
   return e2m1_decode(nvfp4_encode_tensor(x, bs.e_b, true, random)) * bs.s_b;
 }
 
+// Word i (0..3, not known at compile time) of a Philox block or of four received words, by selects: a
+// runtime index into a register array would put it in local memory.
+__device__ __forceinline__ uint32_t word_at(const uint32_t (&w)[4], int i) {
+  return i == 0 ? w[0] : i == 1 ? w[1] : i == 2 ? w[2] : w[3];
+}
+
+// The SR bits of one half of a Philox word, in sr16_word's form (odd: the high half).
+__device__ __forceinline__ uint32_t sr16_half(uint32_t word, int odd) {
+  return odd ? (word & 0xFFFF0000u) : (word << 16);
+}
+
+// Four Philox blocks shared by a group of lanes: the lane with group index `mine` (0..3) computed block
+// `mine` as `r`; every lane needs word `want` (0..3) of each of the four. Four shuffles instead of four
+// Philox blocks per lane: in round k a lane reads block (want + k) & 3 from the group's lane
+// `lane_of(block)`, which sends word (its block - k) & 3, i.e. `want`. Returns, for block m (static index),
+// word `want` of it.
+template <typename LaneOf>
+__device__ __forceinline__ void share_philox_blocks(uint32_t (&out)[4], const Philox4& r, int mine, int want,
+                                                    LaneOf lane_of) {
+  uint32_t recv[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    recv[k] = __shfl_sync(0xFFFFFFFFu, word_at(r.v, (mine - k) & 3), lane_of((want + k) & 3));
+#pragma unroll
+  for (int m = 0; m < 4; ++m) out[m] = word_at(recv, (m - want) & 3);  // block m came in round m - want
+}
+
 // dS^T quantized along the queries (operand [key][tp], element key * tp + query) into A fragments for
 // dK += Q(dS^T) Q^^T: block ks of a key row is columns 16ks .. 16ks+15 of the tile, n-blocks 2ks and 2ks+1.
+// The quad of one g (key) uses four Philox blocks per ks, (half, pair) = (m >> 1, m & 1) for m = 0..3:
+// block (key * tp + q0 + 16 ks + 8 pair) / 8 with key = wkey0 + g + 8 half, whose word t serves the lane's
+// queries 2t and 2t + 1 of the eight. Lane t computes block m = t and the quad shares them.
 template <int kBlockM>
 __device__ __forceinline__ void quantize_ds_along_queries(FragA (&out)[kBlockM / 16],
                                                           const FragC (&ds)[kBlockM / 8],
@@ -93,50 +123,67 @@ __device__ __forceinline__ void quantize_ds_along_queries(FragA (&out)[kBlockM /
                                                           int q0, int tp, int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int ks = 0; ks < kBlockM / 16; ++ks)
+  for (int ks = 0; ks < kBlockM / 16; ++ks) {
+    BlockScale bs[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const float v[4] = {ds[2 * ks].x[2 * half], ds[2 * ks].x[2 * half + 1], ds[2 * ks + 1].x[2 * half],
-                          ds[2 * ks + 1].x[2 * half + 1]};
       float m = 0.f;
       bool bad = false;
+      finite_max(ds[2 * ks].x[2 * half], m, bad);
+      finite_max(ds[2 * ks].x[2 * half + 1], m, bad);
+      finite_max(ds[2 * ks + 1].x[2 * half], m, bad);
+      finite_max(ds[2 * ks + 1].x[2 * half + 1], m, bad);
+      bs[half] = lanes_block_scale<1, 2>(m, bad, ts);  // the quad's 4 lanes
+    }
+    const int64_t my_key = wkey0 + g + 8 * (t >> 1);
+    const Philox4 r =
+        philox_block(stream, static_cast<uint64_t>(my_key * tp + q0 + 16 * ks + 8 * (t & 1)) >> 3);
+    uint32_t word[4];
+    share_philox_blocks(word, r, t, t, [&](int m) { return (lane & ~3) | m; });
 #pragma unroll
-      for (int i = 0; i < 4; ++i) finite_max(v[i], m, bad);
-      const BlockScale bs = lanes_block_scale<1, 2>(m, bad, ts);  // the quad's 4 lanes
-      const int64_t key = wkey0 + g + 8 * half;
+    for (int half = 0; half < 2; ++half)
 #pragma unroll
-      for (int pair = 0; pair < 2; ++pair) {  // queries q0 + 16ks + 8pair + 2t and the next: one Philox word
-        const int64_t idx = key * tp + q0 + 16 * ks + 8 * pair + 2 * t;
-        const Philox4 r = philox_block(stream, static_cast<uint64_t>(idx) >> 3);
-        const float lo = q_attn_quantize(v[2 * pair], bs, sr16_word(r, static_cast<int>(idx & 7)));
-        const float hi = q_attn_quantize(v[2 * pair + 1], bs, sr16_word(r, static_cast<int>((idx + 1) & 7)));
+      for (int pair = 0; pair < 2; ++pair) {  // queries q0 + 16ks + 8pair + 2t and the next
+        const uint32_t w = word[2 * half + pair];
+        const float lo = q_attn_quantize(ds[2 * ks + pair].x[2 * half], bs[half], sr16_half(w, 0));
+        const float hi = q_attn_quantize(ds[2 * ks + pair].x[2 * half + 1], bs[half], sr16_half(w, 1));
         out[ks].x[half + 2 * pair] = pack_bf16(lo, hi);
       }
-    }
+  }
 }
 
 // dS quantized along the keys (operand [query][tp], element query * tp + key), in place: the warp's 16 keys
 // of one query form a block; keys wkey0 + g and wkey0 + g + 8 take words g of Philox blocks idx0/8 and
-// idx0/8 + 1 (idx0 = query * tp + wkey0, a multiple of 16).
+// idx0/8 + 1 (idx0 = query * tp + wkey0, a multiple of 16). Per j the 8 lanes of one t use four blocks,
+// (c, b) = (m >> 1, m & 1): block (query * tp + wkey0) / 8 + b with query = q0 + 8j + 2t + c, of which lane g
+// needs word g >> 1 (half g & 1). Lanes g and g + 4 compute block g & 3, the group shares them.
 template <int kBlockM>
 __device__ __forceinline__ void quantize_ds_along_keys(FragC (&ds)[kBlockM / 8], const TensorScale& ts,
                                                        RngStream stream, int wkey0, int q0, int tp,
                                                        int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int j = 0; j < kBlockM / 8; ++j)
+  for (int j = 0; j < kBlockM / 8; ++j) {
+    BlockScale bs[2];
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       float m = 0.f;
       bool bad = false;
       finite_max(ds[j].x[c], m, bad);
       finite_max(ds[j].x[c + 2], m, bad);
-      const BlockScale bs = lanes_block_scale<4, 16>(m, bad, ts);  // the 8 lanes of one t
-      const int64_t query = q0 + 8 * j + 2 * t + c;
-      const uint64_t block0 = static_cast<uint64_t>(query * tp + wkey0) >> 3;
-      ds[j].x[c] = q_attn_quantize(ds[j].x[c], bs, sr16_word(philox_block(stream, block0), g));
-      ds[j].x[c + 2] = q_attn_quantize(ds[j].x[c + 2], bs, sr16_word(philox_block(stream, block0 + 1), g));
+      bs[c] = lanes_block_scale<4, 16>(m, bad, ts);  // the 8 lanes of one t
     }
+    const int mine = g & 3;
+    const int64_t my_query = q0 + 8 * j + 2 * t + (mine >> 1);
+    const Philox4 r = philox_block(stream, (static_cast<uint64_t>(my_query * tp + wkey0) >> 3) + (mine & 1));
+    uint32_t word[4];
+    share_philox_blocks(word, r, mine, g >> 1, [&](int m) { return 4 * m + t; });
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      ds[j].x[c] = q_attn_quantize(ds[j].x[c], bs[c], sr16_half(word[2 * c], g & 1));
+      ds[j].x[c + 2] = q_attn_quantize(ds[j].x[c + 2], bs[c], sr16_half(word[2 * c + 1], g & 1));
+    }
+  }
 }
 
 // Tests: this warp's FP32 dS^T values (accumulator layout) into dst [query][tp] (transposed) or [key][tp].
