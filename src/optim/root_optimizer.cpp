@@ -11,6 +11,14 @@
 
 namespace fp4 {
 
+void check_root_rest_state(const StateIndex& index, RootRest rest, const std::string& name) {
+  const bool saved_q = index.has(kQAdamStepName), want_q = rest == RootRest::kQAdamW;
+  FP4_CHECK(saved_q == want_q, "load_state: the state's embedding, head and gains were stepped by ",
+            saved_q ? "Q-AdamW ('" : "AdamW ('", saved_q ? kQAdamStepName : kAdamStepName,
+            "'), but this run's optimizer ", name, " steps them with ", want_q ? "Q-AdamW" : "AdamW",
+            " (recipe field 'optimizer'); resume with the optimizer that wrote it");
+}
+
 RootOptimizer::RootOptimizer(const ParameterSet& params, const OptimizerPlacement& place, uint64_t seed,
                              NsPrecision precision, RootOptions opt)
     : opt_(opt), place_(place), shard_(place.shard(params.numel())) {
@@ -154,12 +162,7 @@ void RootOptimizer::load_state(const StateIndex& index, const ParameterSet& ps) 
     else
       adam_infos.push_back(info);
   }
-  const bool saved_q = index.has(kQAdamStepName);
-  FP4_CHECK(saved_q == (qadam_ != nullptr), "load_state: the state's embedding, head and ",
-            "gains were stepped by ", saved_q ? "Q-AdamW ('" : "AdamW ('",
-            saved_q ? kQAdamStepName : kAdamStepName, "'), but this run's optimizer ", name(),
-            " steps them with ", qadam_ ? "Q-AdamW" : "AdamW",
-            " (recipe field 'optimizer'); resume with the optimizer that wrote it");
+  check_root_rest_state(index, opt_.rest, name());
   if (qadam_) {
     qadam_->load_state(index, ps);  // checks every tensor it needs before it changes anything
   } else {

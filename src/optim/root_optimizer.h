@@ -30,6 +30,11 @@ namespace fp4 {
 inline constexpr const char* kRootMomentPrefix = "root.m.";
 inline constexpr const char* kRootStepName = "root.step";
 
+// Whether a saved state's embedding, head and gains were stepped by the optimizer `rest` of this ROOT form
+// (Q-AdamW's "qadamw.step" or AdamW's "adamw.step" present); throws fp4::Error naming both and the recipe
+// field otherwise. `name`: this optimizer's name. RootOptimizer and the CUDA DeviceRoot both check it.
+void check_root_rest_state(const StateIndex& index, RootRest rest, const std::string& name);
+
 class RootOptimizer final : public Optimizer {
  public:
   // precision kFp32: "root"; kBf16: "root-bf16" (BF16 Newton-Schulz operands, Q-Root's fair baseline);

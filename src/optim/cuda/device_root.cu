@@ -8,7 +8,6 @@
 #include "core/state_tensor.h"
 #include "optim/adamw.h"
 #include "optim/cuda/device_root.h"
-#include "optim/q_adamw.h"
 #include "optim/root_optimizer.h"
 
 namespace fp4::cuda {
@@ -323,12 +322,7 @@ void DeviceRoot::load_state(const StateIndex& index, const DeviceParams& params)
     else
       all_adam.push_back(info);
   }
-  const bool saved_q = index.has(kQAdamStepName);
-  FP4_CHECK(saved_q == (qadam_ != nullptr),
-            "load_state: the state's embedding, head and gains were stepped by ",
-            saved_q ? "Q-AdamW ('" : "AdamW ('", saved_q ? kQAdamStepName : kAdamStepName,
-            "'), but this run's optimizer ", name(), " steps them with ", qadam_ ? "Q-AdamW" : "AdamW",
-            " (recipe field 'optimizer'); resume with the optimizer that wrote it");
+  check_root_rest_state(index, opt_.rest, name());
   AdamState adam;
   if (qadam_) {
     qadam_->load_state(index, params);  // checks every tensor it needs before it changes anything
