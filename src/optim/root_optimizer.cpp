@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <iterator>
 
 #include "core/error.h"
@@ -49,8 +50,7 @@ RootOptimizer::RootOptimizer(const ParameterSet& params, const OptimizerPlacemen
   }
   if (opt_.rest == RootRest::kQAdamW) {
     // Q-AdamW takes this rank's shard from `place`: whole tensors, so no tile is cut.
-    qadam_ = std::make_unique<QAdamW>(params, place, seed,
-                                      [](const ParameterInfo& info) { return !root_eligible(info); });
+    qadam_ = std::make_unique<QAdamW>(params, place, seed, std::not_fn(root_eligible));
     return;
   }
   adam_params_.allocate();
@@ -101,7 +101,8 @@ void RootOptimizer::step(ParameterSet& ps, const StepHyper& h) {
 // gathered, so that every rank returns the same full state (collective).
 std::vector<StateTensor> RootOptimizer::save_state(const ParameterSet& ps) const {
   check_layout(ps, "save_state");
-  std::vector<float> first(static_cast<size_t>(ps.numel()), 0.0f), second(first.size(), 0.0f);
+  // ROOT's momentum and AdamW's m in `first`; AdamW's v in `second` (not needed with Q-AdamW for the rest).
+  std::vector<float> first(static_cast<size_t>(ps.numel()), 0.0f), second(adam_ ? first.size() : 0, 0.0f);
   for (size_t k = 0; k < roots_.size(); ++k)
     std::copy(roots_[k].momentum().begin(), roots_[k].momentum().end(), first.begin() + root_offset_[k]);
   for (size_t k = 0; adam_ && k < adam_index_.size(); ++k) {

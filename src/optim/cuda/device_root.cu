@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <iterator>
 
@@ -32,8 +33,7 @@ DeviceRoot::DeviceRoot(const DeviceParams& params, cudaStream_t stream, uint64_t
   }
   build(params);
   if (opt_.rest == RootRest::kQAdamW)
-    qadam_ = std::make_unique<DeviceQAdamW>(params, stream, seed,
-                                            [](const ParameterInfo& info) { return !root_eligible(info); });
+    qadam_ = std::make_unique<DeviceQAdamW>(params, stream, seed, std::not_fn(root_eligible));
 }
 
 // The matrices, AdamW parameters, norm chunks and moments of the parameters inside shard_ (every parameter
