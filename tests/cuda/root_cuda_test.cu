@@ -285,6 +285,52 @@ INSTANTIATE_TEST_SUITE_P(
                                RootRest::kQAdamW}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// Lanes (DeviceRoot spreads the matrices over streams) change no bit: one lane and three (unevenly over the
+// six matrices, lane 0 the caller's stream) give the same weights, BF16 copies and state after three steps,
+// at each precision, with Q-Root's SR and a clipped step, on the caller's own non-blocking stream.
+TEST(CudaRootLanes, AnyNumberOfLanesGivesTheSameBits) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  cuda::Stream stream(cudaStreamNonBlocking, 0);
+  for (NsPrecision precision : {NsPrecision::kFp32, NsPrecision::kBf16, NsPrecision::kNvfp4}) {
+    SCOPED_TRACE(ns_precision_name(precision));
+    std::mt19937 rng(seed);
+    ParameterSet ps = make_params(rng);
+    RootOptions opt;
+    opt.rounding = Rounding::kSr;
+    cuda::DeviceParams one_dp(ps, stream.get()), three_dp(ps, stream.get());
+    cuda::DeviceRoot one(one_dp, stream.get(), seed, precision, opt, 1);
+    cuda::DeviceRoot three(three_dp, stream.get(), seed, precision, opt, 3);
+    for (int step = 1; step <= 3; ++step) {
+      fill_grads(ps, rng);
+      StepHyper h = hyper();
+      if (step == 2) h.grad_clip = 1e29f;  // the 1e30 gradient value: a clipped step
+      std::vector<double> sumsq;
+      for (auto [dp, opt_gpu] : {std::pair{&one_dp, &one}, std::pair{&three_dp, &three}}) {
+        cuda::copy_to_device(dp->grads(), ps.grads().data(), ps.grads().size() * sizeof(float), stream.get());
+        opt_gpu->queue_step(*dp, h, nullptr);
+        ASSERT_EQ(opt_gpu->read_control(sumsq).skip, 0) << "step " << step;
+        opt_gpu->commit_step();
+      }
+      for (int i = 0; i < one_dp.size(); ++i)
+        expect_same_floats(device_value(one_dp, i), device_value(three_dp, i),
+                           "step " + std::to_string(step) + " " + one_dp.at(i).info.name);
+      std::vector<uint16_t> a(ps.values().size()), b(a.size());  // the BF16 copies' bits
+      cuda::copy_to_host(a.data(), one_dp.values_bf16(), a.size() * 2, stream.get());
+      cuda::copy_to_host(b.data(), three_dp.values_bf16(), b.size() * 2, stream.get());
+      EXPECT_EQ(a, b) << "BF16 values, step " << step;
+      expect_same_state(one.save_state(one_dp), three.save_state(three_dp), "step " + std::to_string(step));
+    }
+  }
+  std::mt19937 rng(seed);
+  ParameterSet ps = make_params(rng);
+  cuda::DeviceParams dp(ps, nullptr);
+  EXPECT_NE(error_of([&] {
+              cuda::DeviceRoot(dp, nullptr, seed, NsPrecision::kFp32, RootOptions{}, 0);
+            }).find("lanes must be >= 1, got 0"),
+            std::string::npos);
+}
+
 // The CPU's X of a ROOT step from momentum m and gradient g (first NS input): root_step's arithmetic,
 // then newton_schulz's normalization into the wide, 16-padded orientation.
 std::vector<float> cpu_first_x(const std::vector<float>& m, std::span<const float> g, int64_t rows,

@@ -14,6 +14,7 @@
 #include "model/step_features.h"
 #include "nn/cuda/device_params.h"
 #include "nn/out_control.h"
+#include "ops/cuda/cuda_stream.h"
 #include "ops/cuda/elementwise_cuda.h"
 #include "ops/cuda/gemm_cublaslt.h"
 #include "optim/cuda/device_optimizer.h"
@@ -36,36 +37,8 @@ int select_device(int device) {
   return device;
 }
 
-// A stream the engine owns; by default blocking with respect to the legacy default stream.
-class Stream {
- public:
-  Stream() { FP4_CUDA_CHECK(cudaStreamCreate(&s_)); }
-  Stream(unsigned flags, int priority) { FP4_CUDA_CHECK(cudaStreamCreateWithPriority(&s_, flags, priority)); }
-  ~Stream() {
-    if (s_ != nullptr) cudaStreamDestroy(s_);
-  }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
-
-// An event used only to order streams (no timing).
-class Event {
- public:
-  Event() { FP4_CUDA_CHECK(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming)); }
-  ~Event() {
-    if (e_ != nullptr) cudaEventDestroy(e_);
-  }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  cudaEvent_t get() const { return e_; }
-
- private:
-  cudaEvent_t e_ = nullptr;
-};
+using cuda::Event;
+using cuda::Stream;
 
 // Where the gradient reductions of an overlapped step run: a non-blocking stream at the highest
 // priority (NCCL kernels start as soon as their bucket is ready instead of queuing behind compute),

@@ -13,8 +13,12 @@
 
 namespace fp4::cuda {
 
+DeviceRoot::Lane::Lane(int64_t max_numel, NsPrecision precision, bool own_stream)
+    : step(max_numel, precision),
+      own(own_stream ? std::make_unique<Stream>(cudaStreamNonBlocking, 0) : nullptr) {}
+
 DeviceRoot::DeviceRoot(const DeviceParams& params, cudaStream_t stream, uint64_t seed, NsPrecision precision,
-                       RootOptions opt)
+                       RootOptions opt, int lanes)
     : stream_(stream),
       seed_(seed),
       opt_(opt),
@@ -23,6 +27,8 @@ DeviceRoot::DeviceRoot(const DeviceParams& params, cudaStream_t stream, uint64_t
       control_(1),
       fault_(1) {
   opt_.precision = precision;
+  FP4_CHECK(lanes >= 1, name(), " (CUDA): lanes must be >= 1, got ", lanes);
+  n_lanes_ = lanes;
   check_root_options(opt_, "optimizer '" + name() + "' (CUDA)");
   FP4_CHECK(n_params_ > 0, name(), " (CUDA): no parameters");
   for (int i = 0; i < n_params_; ++i) {
@@ -99,8 +105,10 @@ void DeviceRoot::build(const DeviceParams& params) {
   stats_ = DeviceBuffer<RootDeviceStats>(std::max<size_t>(roots_.size(), 1));
   FP4_CUDA_CHECK(cudaMemsetAsync(stats_.data(), 0, stats_.bytes(), stream_));
   FP4_CUDA_CHECK(cudaMemsetAsync(fault_.data(), 0, fault_.bytes(), stream_));
-  root_.reset();
-  if (!roots_.empty()) root_ = std::make_unique<RootStepCuda>(largest, opt_.precision);
+  lanes_.clear();
+  const size_t n_lanes = std::min(static_cast<size_t>(n_lanes_), roots_.size());
+  for (size_t l = 0; l < n_lanes; ++l)
+    lanes_.push_back(std::make_unique<Lane>(largest, opt_.precision, l > 0));
 }
 
 void DeviceRoot::set_shard(const DeviceParams& params, const std::vector<IndexRange>& shards,
@@ -163,17 +171,33 @@ void DeviceRoot::queue_step(DeviceParams& params, const StepHyper& h, const doub
                        chunk_partials_.data(), param_sumsq_.data(), loss_sums, h.grad_clip, control_.data(),
                        stream_);
   }
+  // Lanes start after the clipping factor; matrix k's check waits for matrix k - 1's (on another lane), so
+  // control->skip and the fault see the matrices in order; stream_ goes on after every lane.
+  FP4_CUDA_CHECK(cudaEventRecord(fork_.get(), stream_));
+  for (size_t l = 1; l < lanes_.size(); ++l)
+    FP4_CUDA_CHECK(cudaStreamWaitEvent(lanes_[l]->stream(stream_), fork_.get(), 0));
   for (size_t k = 0; k < roots_.size(); ++k) {
     const Matrix& mx = roots_[k];
     const Parameter& p = params.at(mx.param);
+    Lane& lane = *lanes_[k % lanes_.size()];
+    const cudaStream_t s = lane.stream(stream_);
     const float wd = p.info.weight_decay ? h.weight_decay : 0.0f;
     // RootMatrix's SR stream: (seed, parameter index, the matrix's step count before this step).
     const RngStream sr{seed_,
                        make_stream(static_cast<uint32_t>(mx.param), static_cast<uint32_t>(step_), 0x52)};
     NsTrace* trace = static_cast<int>(k) == trace_k_ ? trace_ : nullptr;
-    root_->queue(params.value(mx.param), params.values_bf16() + p.offset, params.grad(mx.param),
-                 m_.data() + mx.offset, mx.rows, mx.cols, h.lr, wd, opt_, p.info.name, sr,
-                 static_cast<int>(k), control_.data(), stats_.data() + k, fault_.data(), stream_, trace);
+    lane.step.queue_update(params.grad(mx.param), m_.data() + mx.offset, mx.rows, mx.cols, opt_, p.info.name,
+                           sr, control_.data(), stats_.data() + k, s, trace);
+    if (k > 0 && lanes_.size() > 1)
+      FP4_CUDA_CHECK(cudaStreamWaitEvent(s, lanes_[(k - 1) % lanes_.size()]->checked.get(), 0));
+    lane.step.queue_commit(params.value(mx.param), params.values_bf16() + p.offset, m_.data() + mx.offset,
+                           mx.rows, mx.cols, h.lr, wd, opt_, p.info.name, static_cast<int>(k),
+                           control_.data(), stats_.data() + k, fault_.data(), s);
+    if (lanes_.size() > 1) FP4_CUDA_CHECK(cudaEventRecord(lane.checked.get(), s));
+  }
+  for (size_t l = 1; l < lanes_.size(); ++l) {
+    FP4_CUDA_CHECK(cudaEventRecord(lanes_[l]->done.get(), lanes_[l]->stream(stream_)));
+    FP4_CUDA_CHECK(cudaStreamWaitEvent(stream_, lanes_[l]->done.get(), 0));
   }
   trace_k_ = -1;
   trace_ = nullptr;

@@ -8,6 +8,9 @@
 // Data parallelism (ZeRO-1, set_shard): as the CPU RootOptimizer, each rank's shard holds whole tensors
 // (make_tensor_shard_plan); the rank steps and keeps the state of its own tensors, the clipping norm sums
 // every rank's share, and save_state broadcasts each tensor's state from its owner (collective).
+// Speed: the matrices' steps are spread over `lanes` streams, each with its own workspace (matrix k on lane
+// k % lanes), so their many small kernels overlap; the checks still run in matrix order (each waits for the
+// one before), so the result and a failure's effect are those of one stream, bit for bit.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,6 +28,7 @@
 #include "core/state_tensor.h"
 #include "core/step_types.h"
 #include "nn/cuda/device_params.h"
+#include "ops/cuda/cuda_stream.h"
 #include "optim/cuda/adamw_cuda.h"
 #include "optim/cuda/device_q_adamw.h"
 #include "optim/cuda/root_cuda.h"
@@ -36,8 +40,11 @@ class DeviceRoot {
  public:
   // precision kFp32: "root", kBf16: "root-bf16", kNvfp4: "q-root" (opt.precision is overwritten). `seed` is
   // the run seed of Q-Root's SR streams. Throws fp4::Error for options out of range.
+  // `lanes` (>= 1): streams the matrices' steps are spread over; each holds a workspace of the largest
+  // matrix (the default is a measured trade of speed against that memory).
+  static constexpr int kDefaultLanes = 4;
   DeviceRoot(const DeviceParams& params, cudaStream_t stream, uint64_t seed, NsPrecision precision,
-             RootOptions opt = {});
+             RootOptions opt = {}, int lanes = kDefaultLanes);
 
   std::string name() const { return root_optimizer_name(opt_.precision, opt_.rest); }
   const RootOptions& options() const { return opt_; }
@@ -95,6 +102,15 @@ class DeviceRoot {
     int param;
     int64_t offset;  // into am_ / av_
   };
+  // A stream (lane 0: stream_ itself) with its own ROOT workspace; `checked` is recorded after each
+  // matrix's check and commit, `done` after its last matrix.
+  struct Lane {
+    Lane(int64_t max_numel, NsPrecision precision, bool own_stream);
+    cudaStream_t stream(cudaStream_t main) const { return own ? own->get() : main; }
+    RootStepCuda step;
+    std::unique_ptr<Stream> own;
+    Event checked, done;
+  };
 
   void build(const DeviceParams& params);
   int owner(int param) const;  // the rank whose shard holds parameter `param`
@@ -113,7 +129,9 @@ class DeviceRoot {
   std::vector<Matrix> roots_;
   std::vector<AdamPart> adams_;
   std::vector<int32_t> adam_first_;  // AdamW parameter j owns adam_chunks_[adam_first_[j], adam_first_[j+1])
-  std::unique_ptr<RootStepCuda> root_;
+  int n_lanes_ = kDefaultLanes;
+  std::vector<std::unique_ptr<Lane>> lanes_;  // min(n_lanes_, ROOT matrices of this rank)
+  Event fork_;
   std::unique_ptr<DeviceQAdamW> qadam_;  // the other parameters' optimizer with RootRest::kQAdamW
   DeviceBuffer<float> m_, am_, av_;
   DeviceBuffer<ParamChunk> chunks_, adam_chunks_;

@@ -42,13 +42,19 @@ class RootStepCuda {
   // Workspace for matrices of up to max_numel elements, NS at `precision` (RootOptions::precision).
   RootStepCuda(int64_t max_numel, NsPrecision precision);
 
-  // Queues the step of matrix `index` (w, w_bf16 (may be null), g, m: device [rows x cols]). Hyper-
-  // parameters are checked on the host as root_step checks them (fp4::Error naming `name`). `sr` seeds
-  // Q-Root's stochastic rounding. control supplies clip_coef and skip; stats and fault are device pointers.
-  void queue(float* w, bf16* w_bf16, const float* g, float* m, int64_t rows, int64_t cols, float lr,
-             float weight_decay, const RootOptions& opt, const std::string& name, RngStream sr, int index,
-             StepControl* control, RootDeviceStats* stats, RootFault* fault, cudaStream_t stream,
-             NsTrace* trace = nullptr);
+  // Queues the step of one matrix in two calls on the same stream, queue_commit right after queue_update
+  // (the workspace holds M' and X in between): queue_update forms M', U, eps, B and X = NS(B) from g and m
+  // (device [rows x cols]); queue_commit checks the NS input and output of matrix `index` and, unless the
+  // step is skipped, writes W, w_bf16 (may be null) and M. Between the two a caller may order the checks of
+  // several workspaces (DeviceRoot's lanes). Hyper-parameters are checked on the host as root_step checks
+  // them (fp4::Error naming `name`). `sr` seeds Q-Root's stochastic rounding. control supplies clip_coef and
+  // skip; stats and fault are device pointers.
+  void queue_update(const float* g, const float* m, int64_t rows, int64_t cols, const RootOptions& opt,
+                    const std::string& name, RngStream sr, const StepControl* control, RootDeviceStats* stats,
+                    cudaStream_t stream, NsTrace* trace = nullptr);
+  void queue_commit(float* w, bf16* w_bf16, float* m, int64_t rows, int64_t cols, float lr,
+                    float weight_decay, const RootOptions& opt, const std::string& name, int index,
+                    StepControl* control, RootDeviceStats* stats, RootFault* fault, cudaStream_t stream);
 
  private:
   int64_t max_numel_;
