@@ -134,8 +134,17 @@ void sum_squares(const float* x, int64_t n, double* partials, double* dst, float
 
 }  // namespace
 
+// cuBLASLt's workspace for the runner this precision uses; the other runner gets none (it is never called,
+// and DeviceRoot holds one NewtonSchulzCuda per lane).
+constexpr size_t kGemmWorkspace = size_t{32} << 20;
+
 NewtonSchulzCuda::NewtonSchulzCuda(NsPrecision precision)
-    : precision_(precision), amax_(1), inv_(1), partials_(kSumBlocks) {
+    : precision_(precision),
+      gemm_(precision == NsPrecision::kFp32 ? kGemmWorkspace : 0),
+      bf16_gemm_(precision == NsPrecision::kFp32 ? 0 : kGemmWorkspace),
+      amax_(1),
+      inv_(1),
+      partials_(kSumBlocks) {
   if (precision_ == NsPrecision::kNvfp4) outer_ = DeviceBuffer<float>(4);  // one per operand slot
 }
 
