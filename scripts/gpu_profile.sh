@@ -9,7 +9,8 @@
 #   rowsdetail   Nsight Compute, every section and per-SASS-line stalls, of row-quantizer launches ($ROWS_DETAIL)
 #   qprofile     Nsight Compute sections of the quantization kernels + their SASS instruction counts
 #   sass         cuobjdump -sass of the quantizer objects (instruction counts)
-#   stepprofile  per-kernel times of one olmo2-70m training step (bf16 and tetrajet-v2-base) under ncu
+#   stepprofile  per-kernel times of two olmo2-70m training steps of each of $PROFILE_RECIPES under ncu
+#                (default bf16 tetrajet-v2-base; the timeout per recipe is $STEPPROFILE_TIMEOUT_S, 300)
 source "$(dirname "${BASH_SOURCE[0]}")/lib/gpu_common.sh"
 
 phase_qprofile() {
@@ -86,10 +87,11 @@ phase_stepprofile() {
   local ncu
   ncu=$(ncu_bin)
   for r in ${PROFILE_RECIPES:-bf16 tetrajet-v2-base}; do
-    timeout 200 "$ncu" --metrics gpu__time_duration.sum --csv --print-units base \
+    # fullstack-fp4's two steps (about 21600 launches) took 245 s under ncu on an H100
+    timeout ${STEPPROFILE_TIMEOUT_S:-300} "$ncu" --metrics gpu__time_duration.sum --csv --print-units base \
       $B/train_bench --config olmo2-70m --steps 1 --warmup 1 --recipes $r >"$out/stepprofile-$r.csv" 2>"$out/stepprofile-$r.err"
     note "stepprofile $r rc=$? $(wc -l <"$out/stepprofile-$r.csv") lines"
-    python3 bench/kernel_profile.py "$out/stepprofile-$r.csv" --label "olmo2-70m $r (2 steps)" | head -16
+    python3 bench/kernel_profile.py "$out/stepprofile-$r.csv" --label "olmo2-70m $r (2 steps)" --phases | head -40
   done
 }
 

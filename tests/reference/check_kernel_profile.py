@@ -41,6 +41,25 @@ EXPECTED = {
     "void fp4::cuda::<unnamed>::swiglu_backward_kernel(const __nv_bfloat16 *)": "SwiGLU",
     "void fp4::cuda::<unnamed>::adamw_kernel(float *)": "AdamW",
     "void fp4::cuda::<unnamed>::cross_entropy_kernel(const __nv_bfloat16 *)": "cross-entropy / LM head loss",
+    # Full-Stack FP4's kernels (names from a fullstack-fp4 profile)
+    "void fp4::cuda::attn::q_attn_bwd_kernel<64, 8, 64, 1, 0>(fp4::cuda::attn::BwdParams, "
+    "fp4::cuda::attn::QAttnBwdExtra)": "Q-Attn backward (NVFP4 dS)",
+    "fp4::cuda::<unnamed>::slice_amax_kernel(const __nv_bfloat16 *, long, const float *, int, int, int, "
+    "float *)": "Q-Attn operand quantizers",
+    "void cub::DeviceRadixSortOnesweepKernel<cub::policy_hub<unsigned int, cub::NullType, unsigned int>"
+    "::Policy1000>": "ROOT: |U| sort (cub radix)",
+    "fp4::cuda::<unnamed>::momentum_kernel(const float *, const float *, long, float, bool, "
+    "const fp4::cuda::StepControl *, float *, float *, unsigned int *)": "ROOT: momentum, clip, check, commit",
+    # Newton-Schulz's scale_by, not Q-AdamW's scale kernel of the same short name
+    "fp4::cuda::<unnamed>::scale_kernel(float *, long, const float *, const float *)":
+        "Newton-Schulz elementwise (scale, transpose, symmetrize, poly, sums)",
+    "fp4::cuda::<unnamed>::scale_kernel(fp4::cuda::QAdamPacked, const float *)": "Q-AdamW",
+    "fp4::cuda::<unnamed>::sum_partials_kernel(const double *, int, double *, float *, float)":
+        "Newton-Schulz elementwise (scale, transpose, symmetrize, poly, sums)",
+    "fp4::cuda::<unnamed>::write_kernel(float *, const float *, __nv_bfloat16 *, fp4::cuda::QAdamPacked)":
+        "Q-AdamW",
+    "fp4::cuda::<unnamed>::add_residual_gradient_kernel(const float *, const float *, float *, long)":
+        "LoRA-SVD split (residual gradient)",
 }
 
 
@@ -74,6 +93,15 @@ def main():
                    "NVFP4 dequantize": 10.0}
     if "4 kernel launches, 0.01 ms" not in out or shares != want_shares:
         print("FAIL: table\n" + out)
+        ok = False
+    # --phases: a step cut at its marker kernels (embedding forward, cross-entropy, embedding backward).
+    step = ["embedding_forward_kernel", "gemm_a", "cross_entropy_kernel<8>", "gemm_b", "embedding_backward_kernel",
+            "momentum_kernel", "gemm_c"]
+    got = kernel_profile.phases(["warm_up"] + step + step[:2])
+    want = ["before the first step", "forward", "forward", "loss", "backward", "backward", "optimizer", "optimizer",
+            "forward", "forward"]
+    if got != want:
+        print(f"FAIL: phases {got}, want {want}")
         ok = False
     print("check_kernel_profile: " + ("OK" if ok else "FAILED"))
     return 0 if ok else 1
