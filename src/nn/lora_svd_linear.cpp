@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/parallel_for.h"
 #include "nn/lora_svd.h"
 #include "nn/quant_linear.h"
 #include "ops/ops.h"
@@ -82,9 +83,14 @@ void LoraSvd::add(const Layer& layer) {
 }
 
 void LoraSvd::realign(ParameterSet& params, uint64_t seed, int64_t index) const {
-  for (const Layer& l : layers_)
+  // The layers are independent and each one's result depends only on its own tensors and sketch stream, so
+  // every host thread may take one: the same bits as one loop, a fraction of the wait (olmo2-370m's take
+  // minutes on one thread, docs/LORA_SVD.md).
+  parallel_for(layers_.size(), host_threads(), [&](size_t k) {
+    const Layer& l = layers_[k];
     realign_layer(l, params.value(l.w_res).data(), params.value(l.l1).data(), params.value(l.l2).data(), seed,
                   index);
+  });
 }
 
 void LoraSvd::realign_layer(const Layer& l, float* w_res, float* l1, float* l2, uint64_t seed,

@@ -44,7 +44,8 @@ class LoraSvd {
   void add(const Layer& layer);
   const std::vector<Layer>& layers() const { return layers_; }
 
-  // Realignment number `index` of every layer (the sketch's stream: layer id, index, a LoRA-SVD purpose).
+  // Realignment number `index` of every layer (the sketch's stream: layer id, index, a LoRA-SVD purpose),
+  // the layers on all host threads (parallel_for: the same bits as one after the other).
   void realign(ParameterSet& params, uint64_t seed, int64_t index) const;
   // Realignment number `index` of one layer on host copies of its W_res [out x in], L1 [r x in] and
   // L2 [out x r] (what realign() does for each layer; the CUDA engine calls it on downloaded factors).

@@ -6,8 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -128,6 +131,48 @@ TEST(LoraSvdLinear, BackwardMatchesFiniteDifferencesWithTheProjection) {
   for (size_t i = 0; i < dx.size(); ++i) ASSERT_NEAR(dx2[i], 2 * dx[i], 1e-5 * (1 + std::fabs(dx[i])));
   for (size_t i = 0; i < g1.size(); ++i)
     ASSERT_NEAR(f.params.grads()[i], 2 * g1[i], 1e-5 * (1 + std::fabs(g1[i]))) << "gradient element " << i;
+}
+
+// LoraSvd::realign runs the layers on all host threads: the result must be that of one layer after the
+// other (realign_layer in registry order), bit for bit, for layers of several shapes (odd sizes, tall, wide)
+// and realignment numbers, and it must have changed the factors.
+TEST(LoraSvd, RealignOnAllThreadsIsTheSerialLoopBitForBit) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  LoraSvdConfig c;
+  c.enabled = true;
+  c.rank = 5;
+  c.beta = 0.5;
+  const int shapes[][2] = {{40, 48}, {37, 53}, {96, 33}, {64, 64}, {130, 20}, {29, 31}};  // {in, out}
+  auto build = [&](LoraSvd& registry, ParameterSet& params, QuantContext& ctx) {
+    std::vector<std::unique_ptr<Linear>> layers;
+    for (int k = 0; k < 6; ++k)
+      layers.push_back(make_lora_svd_linear(params,
+                                            {"blocks." + std::to_string(k) + ".mlp.w_up", shapes[k][0],
+                                             shapes[k][1], LinearPolicy{}, "t", k, &ctx},
+                                            registry));
+    params.allocate();
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd;
+    for (float& v : params.values()) v = 0.2f * nd(rng);
+    return layers;
+  };
+  for (int64_t index : {0, 3}) {
+    LoraSvd threaded(c), serial(c);
+    ParameterSet pt, ps;
+    QuantContext ctx;
+    const auto lt = build(threaded, pt, ctx);
+    const auto ls = build(serial, ps, ctx);
+    const std::vector<float> before(pt.values().begin(), pt.values().end());
+    threaded.realign(pt, seed, index);
+    for (const LoraSvd::Layer& l : serial.layers())
+      serial.realign_layer(l, ps.value(l.w_res).data(), ps.value(l.l1).data(), ps.value(l.l2).data(), seed,
+                           index);
+    ASSERT_EQ(pt.values().size(), ps.values().size());
+    EXPECT_EQ(std::memcmp(pt.values().data(), ps.values().data(), pt.values().size() * sizeof(float)), 0)
+        << "realignment " << index;
+    EXPECT_FALSE(std::equal(before.begin(), before.end(), pt.values().begin())) << "realignment " << index;
+  }
 }
 
 TEST(LoraSvdLinear, RankMustFitTheLayer) {
