@@ -195,10 +195,8 @@ void DeviceRoot::queue_step(DeviceParams& params, const StepHyper& h, const doub
                            control_.data(), stats_.data() + k, fault_.data(), s);
     if (lanes_.size() > 1) FP4_CUDA_CHECK(cudaEventRecord(lane.checked.get(), s));
   }
-  for (size_t l = 1; l < lanes_.size(); ++l) {
-    FP4_CUDA_CHECK(cudaEventRecord(lanes_[l]->done.get(), lanes_[l]->stream(stream_)));
-    FP4_CUDA_CHECK(cudaStreamWaitEvent(stream_, lanes_[l]->done.get(), 0));
-  }
+  for (size_t l = 1; l < lanes_.size(); ++l)
+    stream_after(stream_, lanes_[l]->stream(stream_), lanes_[l]->done);
   trace_k_ = -1;
   trace_ = nullptr;
   if (qadam_) {  // the clipping factor and skip flag are this optimizer's, over every parameter
