@@ -27,6 +27,7 @@
 #include "model/olmo2.h"
 #include "nn/cuda/device_params.h"
 #include "nn/cuda/linear_cuda.h"
+#include "ops/cuda/cuda_stream.h"
 #include "ops/cuda/gemm_cublaslt.h"
 #include "ops/cuda/rmsnorm_cuda.h"
 #include "recipe/recipe_io.h"
@@ -238,17 +239,7 @@ TEST(ActivationArena, BuffersAliveAtTheSameTimeNeverOverlap) {
 
 // ------------------------------------------------------------------ the model on the device
 
-class Stream {
- public:
-  Stream() { FP4_CUDA_CHECK(cudaStreamCreate(&s_)); }
-  ~Stream() { cudaStreamDestroy(s_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
+using cuda::Stream;
 
 // A CudaOlmo2 with its parameter store, as the engine builds it (same initial values for the same seed).
 struct Rig {

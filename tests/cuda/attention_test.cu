@@ -23,6 +23,7 @@
 #include "ops/cuda/attention/attention_cuda.h"
 #include "ops/cuda/attention/attention_variants.cuh"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cuda_stream.h"
 
 namespace fp4::cuda {
 namespace {
@@ -179,18 +180,6 @@ Launchers variant_launchers(const attn::FwdVariant& fv, const attn::BwdVariant& 
                   st);
       }};
 }
-
-class Stream {
- public:
-  Stream() { FP4_CUDA_CHECK(cudaStreamCreate(&s_)); }
-  ~Stream() { cudaStreamDestroy(s_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
 
 // Results in [B][T][H][D] (lse [B][H][T]), plus what the poison checks found.
 struct GpuResult {

@@ -17,6 +17,7 @@
 #include "nn/out_control.h"
 #include "nn/quant_linear.h"
 #include "numerics/formats.h"
+#include "ops/cuda/cuda_stream.h"
 #include "recipe/recipe_io.h"
 
 namespace fp4 {
@@ -82,11 +83,7 @@ void expect_same_bytes(const Mxfp8Tensor& gpu, const Mxfp8Tensor& cpu, const cha
   EXPECT_TRUE(gpu.scales == cpu.scales) << what << ": scales differ";
 }
 
-struct Stream {
-  Stream() { EXPECT_EQ(cudaStreamCreate(&s), cudaSuccess); }
-  ~Stream() { cudaStreamDestroy(s); }
-  cudaStream_t s = nullptr;
-};
+using cuda::Stream;
 
 // A CUDA layer on host data, uploaded once.
 struct DeviceLayer {
@@ -171,7 +168,7 @@ TEST_P(OutControlCudaLayer, SplitOperandsAreByteIdenticalAndResultsMatchTheCpuLa
 
   Stream stream;
   const LinearSpec spec{"test.linear", in, out, p, recipe.name, 9, &ctx};
-  DeviceLayer gpu(spec, w, stream.s);
+  DeviceLayer gpu(spec, w, stream.get());
   OutChannels* ch = gpu.oc->out_channels();
   ASSERT_NE(ch, nullptr);
   ch->restore_frozen(c8, 0.5);
@@ -264,7 +261,7 @@ TEST(OutControlCudaCalibration, DeviceSumsMatchTheCpuSumsAndFreezeTheSameChannel
   QuantContext ctx{seed, 0, &gpu_registry, nullptr};
   const auto w = bf16_values(size_t(out) * in, rng, 0.05f);
   Stream stream;
-  DeviceLayer gpu(LinearSpec{"test.linear", in, out, recipe.linear, recipe.name, 3, &ctx}, w, stream.s);
+  DeviceLayer gpu(LinearSpec{"test.linear", in, out, recipe.linear, recipe.name, 3, &ctx}, w, stream.get());
   OutChannels* gch = gpu.oc->out_channels();
   OutChannels* cch = cpu_registry.add("test.linear", in);
   QuantLinearCpu cpu(recipe.linear, in, out, 3, "test.linear");
