@@ -117,14 +117,18 @@ RootStepCuda::RootStepCuda(int64_t max_numel, NsPrecision precision) : max_numel
   sort_temp_ = DeviceBuffer<uint8_t>(std::max<size_t>(temp, 1));
 }
 
+void RootStepCuda::check_fits(int64_t rows, int64_t cols, const std::string& name) const {
+  FP4_CHECK(rows > 0 && cols > 0 && rows * cols <= max_numel_, name, ": ROOT (CUDA) matrix [", rows, " x ",
+            cols, "] does not fit the workspace of ", max_numel_, " elements");
+}
+
 void RootStepCuda::queue_update(const float* g, const float* m, int64_t rows, int64_t cols,
                                 const RootOptions& opt, const std::string& name, RngStream sr,
                                 const StepControl* control, RootDeviceStats* stats, cudaStream_t stream,
                                 NsTrace* trace) {
   check_root_options(opt, name);
+  check_fits(rows, cols, name);
   const int64_t n = rows * cols;
-  FP4_CHECK(rows > 0 && cols > 0 && n <= max_numel_, name, ": ROOT (CUDA) matrix [", rows, " x ", cols,
-            "] does not fit the workspace of ", max_numel_, " elements");
 
   momentum_kernel<<<grid_for(n), kThreads, 0, stream>>>(g, m, n, opt.momentum, opt.nesterov, control,
                                                         m_new_.data(), u_.data(), keys_.data());
@@ -148,9 +152,8 @@ void RootStepCuda::queue_commit(float* w, bf16* w_bf16, float* m, int64_t rows, 
                                 float weight_decay, const RootOptions& opt, const std::string& name,
                                 int index, StepControl* control, RootDeviceStats* stats, RootFault* fault,
                                 cudaStream_t stream) {
+  check_fits(rows, cols, name);
   const int64_t n = rows * cols;
-  FP4_CHECK(rows > 0 && cols > 0 && n <= max_numel_, name, ": ROOT (CUDA) matrix [", rows, " x ", cols,
-            "] does not fit the workspace of ", max_numel_, " elements");
   FP4_CHECK(std::isfinite(lr) && lr >= 0.0f, name, ": ROOT learning rate must be finite and >= 0, got ", lr);
   FP4_CHECK(std::isfinite(weight_decay) && weight_decay >= 0.0f, name,
             ": ROOT weight decay must be finite and >= 0, got ", weight_decay);

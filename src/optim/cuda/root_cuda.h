@@ -57,6 +57,8 @@ class RootStepCuda {
                     StepControl* control, RootDeviceStats* stats, RootFault* fault, cudaStream_t stream);
 
  private:
+  void check_fits(int64_t rows, int64_t cols, const std::string& name) const;  // fp4::Error if not
+
   int64_t max_numel_;
   NewtonSchulzCuda ns_;
   DeviceBuffer<float> m_new_, u_;
