@@ -24,9 +24,9 @@ FAMILIES = [
     # ROOT / Q-Root (root_cuda.h, newton_schulz_cuda.h): everything but the quantizers and GEMMs it calls
     ("ROOT: |U| sort (cub radix)", r"radixsort|onesweep"),
     ("ROOT: momentum, clip, check, commit", r"momentum_kernel|select_kernel|clamp_kernel|check_kernel|commit_kernel"),
-    ("Newton-Schulz elementwise (scale, transpose, symmetrize, poly, sums)",
-     r"cuda::<unnamed>::(scale_kernel\(float|transpose_kernel|axpby_kernel|symmetrize_kernel|poly_kernel|"
-     r"sumsq_partials_kernel|sum_partials_kernel|load_kernel|store_kernel)"),
+    ("Newton-Schulz elementwise (iterate, Gram, poly, sums)",
+     r"cuda::<unnamed>::(write_iterate_kernel|gram_kernel|poly_kernel|sumsq_partials_kernel|sum_partials_kernel|"
+     r"store_kernel|scale_kernel\(float|transpose_kernel|axpby_kernel|symmetrize_kernel|load_kernel)"),
     ("Q-AdamW", r"qadam|q_adamw"),
     ("LoRA-SVD split (residual gradient)", r"add_residual_gradient"),
     ("attention forward", r"attention_fwd|attn_fwd|flash_fwd"),

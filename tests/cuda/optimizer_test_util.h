@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -18,7 +19,9 @@
 
 namespace fp4::testing {
 
+// A fresh seed per call, or FP4_TEST_SEED's value to replay a failure (the traces print the seed).
 inline uint32_t fresh_seed() {
+  if (const char* s = std::getenv("FP4_TEST_SEED")) return static_cast<uint32_t>(std::stoull(s));
   static std::random_device rd;
   return rd();
 }

@@ -52,12 +52,18 @@ EXPECTED = {
     "const fp4::cuda::StepControl *, float *, float *, unsigned int *)": "ROOT: momentum, clip, check, commit",
     # Newton-Schulz's scale_by, not Q-AdamW's scale kernel of the same short name
     "fp4::cuda::<unnamed>::scale_kernel(float *, long, const float *, const float *)":
-        "Newton-Schulz elementwise (scale, transpose, symmetrize, poly, sums)",
+        "Newton-Schulz elementwise (iterate, Gram, poly, sums)",
     "fp4::cuda::<unnamed>::scale_kernel(fp4::cuda::QAdamPacked, const float *)": "Q-AdamW",
     "fp4::cuda::<unnamed>::sum_partials_kernel(const double *, int, double *, float *, float)":
-        "Newton-Schulz elementwise (scale, transpose, symmetrize, poly, sums)",
+        "Newton-Schulz elementwise (iterate, Gram, poly, sums)",
     "fp4::cuda::<unnamed>::write_kernel(float *, const float *, __nv_bfloat16 *, fp4::cuda::QAdamPacked)":
         "Q-AdamW",
+    # Newton-Schulz's fused kernels (since Q-Root's operand amaxes come from them)
+    "void fp4::cuda::<unnamed>::write_iterate_kernel<fp4::cuda::<unnamed>::NextIterate>("
+    "fp4::cuda::<unnamed>::NextIterate, long, long, float *, float *, unsigned int *)":
+        "Newton-Schulz elementwise (iterate, Gram, poly, sums)",
+    "fp4::cuda::<unnamed>::gram_kernel(const float *, long, const float *, float *, unsigned int *)":
+        "Newton-Schulz elementwise (iterate, Gram, poly, sums)",
     "fp4::cuda::<unnamed>::add_residual_gradient_kernel(const float *, const float *, float *, long)":
         "LoRA-SVD split (residual gradient)",
 }

@@ -59,10 +59,11 @@ class NewtonSchulzCuda {
 
  private:
   // Quantizes operand `slot` of NS step `step`: x [rows x cols] along cols (Philox sub-stream
-  // 4 step + slot), its values without the tensor scale (E2M1 code x E4M3 block scale, exact in BF16) into
-  // bar and its tensor scale into outer_[slot]; with a trace, also copies x and the operand.
+  // 4 step + slot) with x's finite amax (device, written by the kernel that wrote x), its values without
+  // the tensor scale (E2M1 code x E4M3 block scale, exact in BF16) into bar and its tensor scale into
+  // outer_[slot]; with a trace, also copies x and the operand.
   void quantize(const float* x, int64_t rows, int64_t cols, BlockShape block, const NsOptions& opt, int step,
-                int slot, bf16* bar, cudaStream_t stream, NsTrace* trace);
+                int slot, const float* amax, bf16* bar, cudaStream_t stream, NsTrace* trace);
 
   void reserve(int64_t wide, int64_t gram);  // element capacities of the [rp x cp] and [rp x rp] buffers
 
@@ -70,12 +71,15 @@ class NewtonSchulzCuda {
   GemmF32Runner gemm_;    // kFp32: FP32 operands
   GemmRunner bf16_gemm_;  // kNvfp4, kBf16: BF16 operands, FP32 accumulation and output
   int64_t wide_cap_ = 0, gram_cap_ = 0;
-  DeviceBuffer<float> x_, next_, a_, a2_, poly_, xt_;  // wide iterate, its successor, Gram, A^2, P, X^T
+  // The wide iterate, its successor, A, the last Gram product (X X^T, then A A), P; kNvfp4: X^T and P^ X^.
+  DeviceBuffer<float> x_, next_, a_, a2_, poly_, xt_, prod_;
   // kNvfp4: the operands' values without their tensor scales (outer_[slot] holds those): the products run
   // on BF16 tensor cores and the two tensor scales multiply the FP32 result. kBf16: xq_, aq_ and pq_ hold
   // bf16(X), bf16(A) and bf16(P).
   DeviceBuffer<bf16> xq_, aq_, pq_, xtq_;
   DeviceBuffer<uint8_t> codes_, scales_;  // one NVFP4 operand at a time (kNvfp4)
+  // kNvfp4: the finite amax of X_s (X_s^T's too), A_s and P_s at 3 s, 3 s + 1, 3 s + 2 (s <= 16).
+  static constexpr int kAmaxSlots = 3 * 17;
   DeviceBuffer<float> outer_, amax_, inv_;
   DeviceBuffer<double> partials_;
 };

@@ -33,21 +33,21 @@ __global__ void momentum_kernel(const float* __restrict__ g, const float* __rest
 }
 
 // abs_quantile's interpolation between the order statistics lo and lo + 1, in double.
-__global__ void select_kernel(const uint32_t* __restrict__ sorted, int64_t lo, bool interpolate, double frac,
-                              RootDeviceStats* stats) {
+__device__ __forceinline__ float clip_threshold(const uint32_t* __restrict__ sorted, int64_t lo,
+                                                bool interpolate, double frac) {
   const float v_lo = __uint_as_float(sorted[lo]);
-  float eps = v_lo;
-  if (interpolate) {
-    const double a = v_lo, b = __uint_as_float(sorted[lo + 1]);
-    eps = static_cast<float>(__dadd_rn(a, __dmul_rn(frac, __dsub_rn(b, a))));
-  }
-  stats->clip_eps = eps;
+  if (!interpolate) return v_lo;
+  const double a = v_lo, b = __uint_as_float(sorted[lo + 1]);
+  return static_cast<float>(__dadd_rn(a, __dmul_rn(frac, __dsub_rn(b, a))));
 }
 
-// B = clamp(U, -eps, eps) as std::clamp, counting the clipped elements.
-__global__ void clamp_kernel(float* __restrict__ u, int64_t n, RootDeviceStats* stats) {
+// B = clamp(U, -eps, eps) as std::clamp with eps = clip_threshold (every block forms it from the sorted
+// |U|; block 0 records it), counting the clipped elements.
+__global__ void clamp_kernel(float* __restrict__ u, int64_t n, const uint32_t* __restrict__ sorted,
+                             int64_t lo, bool interpolate, double frac, RootDeviceStats* stats) {
   __shared__ unsigned long long sh[kThreads];
-  const float eps = stats->clip_eps;
+  const float eps = clip_threshold(sorted, lo, interpolate, frac);
+  if (blockIdx.x == 0 && threadIdx.x == 0) stats->clip_eps = eps;
   unsigned long long clipped = 0;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{kThreads} * gridDim.x) {
     const float v = u[i];
@@ -140,9 +140,8 @@ void RootStepCuda::queue_update(const float* g, const float* m, int64_t rows, in
   const double pos = opt.clip_quantile * static_cast<double>(n - 1);
   const auto lo = static_cast<int64_t>(std::floor(pos));
   const bool interpolate = !(lo + 1 >= n || pos == static_cast<double>(lo));
-  select_kernel<<<1, 1, 0, stream>>>(sorted_.data(), lo, interpolate, pos - static_cast<double>(lo), stats);
-  FP4_CUDA_CHECK_LAUNCH("select_kernel");
-  clamp_kernel<<<grid_for(n), kThreads, 0, stream>>>(u_.data(), n, stats);
+  clamp_kernel<<<grid_for(n), kThreads, 0, stream>>>(u_.data(), n, sorted_.data(), lo, interpolate,
+                                                     pos - static_cast<double>(lo), stats);
   FP4_CUDA_CHECK_LAUNCH("clamp_kernel");
 
   ns_.run(u_.data(), rows, cols, root_ns_options(opt, rows, cols, sr), u_.data(), &stats->ns, stream, trace);

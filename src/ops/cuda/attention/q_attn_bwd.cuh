@@ -14,6 +14,7 @@
 #include "numerics/nvfp4_block.h"
 #include "numerics/philox.h"
 #include "ops/cuda/attention/attention_bwd.cuh"
+#include "ops/cuda/quant/quant_common.cuh"
 
 namespace fp4::cuda::attn {
 
@@ -56,27 +57,55 @@ __device__ __forceinline__ void finite_max(float v, float& m, bool& bad) {
   }
 }
 
-// One block's scale code and encode multiplier from its amax over lanes (bad: a non-finite element).
+// A block's finite amax and non-finite flag in one word that max() combines over lanes: |v|'s bits for a
+// finite v (non-negative floats order as their bits), the bits of +inf for a NaN or inf, which are above
+// every finite value's. The block is bad exactly when the combined word is kBadBlock.
+constexpr uint32_t kBadBlock = 0x7F800000u;
+__device__ __forceinline__ uint32_t amax_word(float v) {
+  const float a = fabsf(v);
+  return a < INFINITY ? __float_as_uint(a) : kBadBlock;
+}
+
+// One block's scale code and encode multiplier from its amax word.
 struct BlockScale {
   float e_b, s_b;
 };
-__device__ __forceinline__ BlockScale q_attn_block_scale(float amax16, bool bad, const TensorScale& ts) {
-  const uint8_t code = bad ? kE4m3Nan : nvfp4_scale_tensor(amax16, ts, kNvfp4HeadroomTarget);
-  return BlockScale{nvfp4_encode_multiplier(code, ts.s_dec), e4m3_decode(code)};
+// nvfp4_scale_tensor, e4m3_decode and nvfp4_encode_multiplier with the quantizers' fast E4M3 codec
+// (quant_common.cuh: the same bits for a non-negative, non-NaN input and every code but NaN's); the NaN
+// code (a bad block, or amax16 * mult = 0 * inf) takes the reference functions.
+__device__ __forceinline__ BlockScale q_attn_block_scale(uint32_t word, const TensorScale& ts) {
+  const float mult = ts.s_enc * (1.0f / kNvfp4HeadroomTarget);
+  const float p = min_f(__uint_as_float(word) * mult, kE4m3Max);
+  if (word == kBadBlock || is_nan_f(p))
+    return BlockScale{nvfp4_encode_multiplier(kE4m3Nan, ts.s_dec), e4m3_decode(kE4m3Nan)};
+  const float s_b = qk::e4m3_value(qk::e4m3_code_nonneg(p));
+  return BlockScale{min_f(1.0f / (s_b * ts.s_dec), kFloatMax), s_b};
 }
 
-// The scale of a block spread over lanes: this lane's finite maximum m and non-finite flag bad combined with
-// those of the lanes at xor offsets kFirst, 2 kFirst, .., kLast (max and or: the same bits in any order).
-template <int kFirst, int kLast>
-__device__ __forceinline__ BlockScale lanes_block_scale(float m, bool bad, const TensorScale& ts) {
-  int any_bad = bad;
+// The scales of the warp's blocks when each block is spread over a group of kGroup lanes (those at xor
+// offsets kFirst, 2 kFirst, .., kLast of each other): block k of the sequence the caller walks belongs to
+// the group's member k % kGroup, which computes its scale once (slot k / kGroup) where every member used to.
+// collect() combines a block's words over the group and keeps the owner's; compute() forms the owned
+// scales; get() sends block k's scale from its owner lane to the group.
+template <int kFirst, int kLast, int kGroup, int kSlots>
+struct SharedBlockScales {
+  uint32_t word[kSlots] = {};
+  BlockScale scale[kSlots];
+
+  __device__ __forceinline__ void collect(int k, uint32_t w, int member) {
 #pragma unroll
-  for (int off = kFirst; off <= kLast; off <<= 1) {
-    m = max_f(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
-    any_bad |= __shfl_xor_sync(0xFFFFFFFFu, any_bad, off);
+    for (int off = kFirst; off <= kLast; off <<= 1) w = max(w, __shfl_xor_sync(0xFFFFFFFFu, w, off));
+    if (member == k % kGroup) word[k / kGroup] = w;
   }
-  return q_attn_block_scale(m, any_bad != 0, ts);
-}
+  __device__ __forceinline__ void compute(const TensorScale& ts) {
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) scale[i] = q_attn_block_scale(word[i], ts);
+  }
+  __device__ __forceinline__ BlockScale get(int k, int owner_lane) const {
+    return BlockScale{__shfl_sync(0xFFFFFFFFu, scale[k / kGroup].e_b, owner_lane),
+                      __shfl_sync(0xFFFFFFFFu, scale[k / kGroup].s_b, owner_lane)};
+  }
+};
 
 // q * s_b of x rounded stochastically with SR word `random` (the CPU's nvfp4_encode_tensor, then the value
 // without S_dec: at most 6 significant bits, exact in BF16).
@@ -122,19 +151,24 @@ __device__ __forceinline__ void quantize_ds_along_queries(FragA (&out)[kBlockM /
                                                           const TensorScale& ts, RngStream stream, int wkey0,
                                                           int q0, int tp, int lane) {
   const int g = lane >> 2, t = lane & 3;
+  // Block k = 2 ks + half (key g + 8 half, queries 16 ks ..): the quad's 4 lanes, owner lane t = k % 4.
+  SharedBlockScales<1, 2, 4, kBlockM / 32> scales;
+#pragma unroll
+  for (int ks = 0; ks < kBlockM / 16; ++ks)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      scales.collect(
+          2 * ks + half,
+          max(max(amax_word(ds[2 * ks].x[2 * half]), amax_word(ds[2 * ks].x[2 * half + 1])),
+              max(amax_word(ds[2 * ks + 1].x[2 * half]), amax_word(ds[2 * ks + 1].x[2 * half + 1]))),
+          t);
+  scales.compute(ts);
 #pragma unroll
   for (int ks = 0; ks < kBlockM / 16; ++ks) {
     BlockScale bs[2];
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float m = 0.f;
-      bool bad = false;
-      finite_max(ds[2 * ks].x[2 * half], m, bad);
-      finite_max(ds[2 * ks].x[2 * half + 1], m, bad);
-      finite_max(ds[2 * ks + 1].x[2 * half], m, bad);
-      finite_max(ds[2 * ks + 1].x[2 * half + 1], m, bad);
-      bs[half] = lanes_block_scale<1, 2>(m, bad, ts);  // the quad's 4 lanes
-    }
+    for (int half = 0; half < 2; ++half)
+      bs[half] = scales.get(2 * ks + half, (lane & ~3) | ((2 * ks + half) % 4));
     const int64_t my_key = wkey0 + g + 8 * (t >> 1);
     const Philox4 r =
         philox_block(stream, static_cast<uint64_t>(my_key * tp + q0 + 16 * ks + 8 * (t & 1)) >> 3);
@@ -162,17 +196,19 @@ __device__ __forceinline__ void quantize_ds_along_keys(FragC (&ds)[kBlockM / 8],
                                                        RngStream stream, int wkey0, int q0, int tp,
                                                        int lane) {
   const int g = lane >> 2, t = lane & 3;
+  // Block k = 2 j + c (query q0 + 8 j + 2 t + c, the warp's 16 keys): the 8 lanes of one t, owner g = k % 8.
+  SharedBlockScales<4, 16, 8, kBlockM / 32> scales;
+#pragma unroll
+  for (int j = 0; j < kBlockM / 8; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+      scales.collect(2 * j + c, max(amax_word(ds[j].x[c]), amax_word(ds[j].x[c + 2])), g);
+  scales.compute(ts);
 #pragma unroll
   for (int j = 0; j < kBlockM / 8; ++j) {
     BlockScale bs[2];
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      float m = 0.f;
-      bool bad = false;
-      finite_max(ds[j].x[c], m, bad);
-      finite_max(ds[j].x[c + 2], m, bad);
-      bs[c] = lanes_block_scale<4, 16>(m, bad, ts);  // the 8 lanes of one t
-    }
+    for (int c = 0; c < 2; ++c) bs[c] = scales.get(2 * j + c, 4 * ((2 * j + c) % 8) + t);
     const int mine = g & 3;
     const int64_t my_query = q0 + 8 * j + 2 * t + (mine >> 1);
     const Philox4 r = philox_block(stream, (static_cast<uint64_t>(my_query * tp + wkey0) >> 3) + (mine & 1));
