@@ -106,10 +106,11 @@ struct NextIterate {
 
 // X [r x c] = value(i, j) over 32 x 32 tiles (blockDim 32 x 8); with xt, also X^T [c x r] through shared
 // memory (both writes coalesced: Q-Root quantizes X^T along r); with amax, X's finite amax, which is also
-// X^T's. One kernel where the iteration's end, a transpose and two amax passes were four.
+// X^T's. One kernel where the iteration's end, a transpose and two amax passes were four. x may be what
+// value reads at (i, j) (NextIterate's acc): each element is read and written by one thread.
 template <class Value>
-__global__ void write_iterate_kernel(Value value, int64_t r, int64_t c, float* __restrict__ x,
-                                     float* __restrict__ xt, uint32_t* __restrict__ amax) {
+__global__ void write_iterate_kernel(Value value, int64_t r, int64_t c, float* x, float* __restrict__ xt,
+                                     uint32_t* __restrict__ amax) {
   __shared__ float tile[kTile][kTile + 1];
   const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kTile, j0 = static_cast<int64_t>(blockIdx.x) * kTile;
   uint32_t m = 0;
@@ -218,7 +219,6 @@ void NewtonSchulzCuda::reserve(int64_t wide, int64_t gram) {
     if (h) xq_ = DeviceBuffer<bf16>(static_cast<size_t>(wide));
     if (q) {
       xt_ = DeviceBuffer<float>(static_cast<size_t>(wide));
-      prod_ = DeviceBuffer<float>(static_cast<size_t>(wide));
       xq_ = DeviceBuffer<bf16>(static_cast<size_t>(wide));
       xtq_ = DeviceBuffer<bf16>(static_cast<size_t>(wide));
       codes_ = DeviceBuffer<uint8_t>(static_cast<size_t>(wide / 2));  // the largest operand is [rp x cp]
@@ -350,10 +350,11 @@ void NewtonSchulzCuda::run(const float* b, int64_t rows, int64_t cols, const NsO
     if (q) {
       quantize(poly_.data(), r, r, BlockShape::k1x16, opt, s, 2, amax + 3 * s + 2, pq_.data(), stream, trace);
       quantize(xt_.data(), c, r, BlockShape::k1x16, opt, s, 3, x_amax, xtq_.data(), stream, trace);
-      // P^ X^ into prod_, then next = a X + (tensor scales) prod_, with next^T and next's amax.
-      bf16_gemm_.gemm(false, true, ri, ci, ri, 1.0f, pq_.data(), ri, xtq_.data(), ri, 0.0f, prod_.data(), ci,
+      // P^ X^ into next_, then in place next = a X + (tensor scales) next_, with next^T (into xt_, free
+      // once X^T is quantized) and next's amax.
+      bf16_gemm_.gemm(false, true, ri, ci, ri, 1.0f, pq_.data(), ri, xtq_.data(), ri, 0.0f, next_.data(), ci,
                       stream);
-      write_iterate(NextIterate{x_.data(), prod_.data(), c, k.a, outer_.data() + 2, outer_.data() + 3}, r, c,
+      write_iterate(NextIterate{x_.data(), next_.data(), c, k.a, outer_.data() + 2, outer_.data() + 3}, r, c,
                     next_.data(), xt_.data(), amax_bits(3 * (s + 1)), stream);
     } else if (h) {
       // next = a X (FP32) + bf16(P) bf16(X), the beta term read from x_ as in kFp32.

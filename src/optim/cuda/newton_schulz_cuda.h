@@ -71,8 +71,9 @@ class NewtonSchulzCuda {
   GemmF32Runner gemm_;    // kFp32: FP32 operands
   GemmRunner bf16_gemm_;  // kNvfp4, kBf16: BF16 operands, FP32 accumulation and output
   int64_t wide_cap_ = 0, gram_cap_ = 0;
-  // The wide iterate, its successor, A, the last Gram product (X X^T, then A A), P; kNvfp4: X^T and P^ X^.
-  DeviceBuffer<float> x_, next_, a_, a2_, poly_, xt_, prod_;
+  // The wide iterate, its successor (first holding kNvfp4's P^ X^), A, the last Gram product (X X^T, then
+  // A A), P; kNvfp4: X^T.
+  DeviceBuffer<float> x_, next_, a_, a2_, poly_, xt_;
   // kNvfp4: the operands' values without their tensor scales (outer_[slot] holds those): the products run
   // on BF16 tensor cores and the two tensor scales multiply the FP32 result. kBf16: xq_, aq_ and pq_ hold
   // bf16(X), bf16(A) and bf16(P).
