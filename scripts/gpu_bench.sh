@@ -84,7 +84,7 @@ phase_normbench() {
 phase_attnbench() {
   timeout 90 $B/attention_bench >"$out/attention_bench.log" 2>&1
   note "attention_bench rc=$?"
-  grep -E "^\|" "$out/attention_bench.log" | head -30
+  grep -E "^(\||fp4train|Q-Attn)" "$out/attention_bench.log" | head -30
 }
 phase_qbench() {
   # The SM clock while the benchmark runs (the instruction budgets in docs/BENCHMARKS.md depend on it).

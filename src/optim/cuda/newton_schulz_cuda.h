@@ -8,9 +8,10 @@
 //    polynomial and the normalization are kFp32's kernels. The CPU's kBf16 rounds the same operands to the
 //    same values, so the results again differ only by the order of the FP32 sums.
 //  - kNvfp4 (Q-Root): each product's operands quantized by the device quantizers
-//  (ops/cuda/quant/quantize_cuda.h,
-//    byte-identical to quantize_nvfp4) with the CPU's specs, tiles, zero padding and Philox streams
-//    (operand o of step s draws stream sr.stream * 64 + 4 s + o), dequantized to FP32 and multiplied in FP32.
+//    (ops/cuda/quant/quantize_cuda.h, byte-identical to quantize_nvfp4) with the CPU's specs, tiles, zero
+//    padding and Philox streams (operand o of step s draws stream sr.stream * 64 + 4 s + o); each operand's
+//    amax comes from the kernel that wrote it. The products run on BF16 tensor cores over the operands'
+//    exact values without their tensor scales, which multiply the FP32 result.
 #pragma once
 
 #include <cuda_runtime.h>
