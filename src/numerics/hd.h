@@ -71,6 +71,15 @@ FP4_HD float fma_rn(float a, float b, float c) {
 FP4_HD float abs_f(float x) {
   return bits_float(float_bits(x) & 0x7FFFFFFFu);
 }
+// |x| where the result is only multiplied (a NaN's payload does not matter): on the GPU fabsf, which the
+// multiplication takes as an operand modifier, where abs_f's mask is an instruction of its own.
+FP4_HD float abs_for_mul(float x) {
+#if defined(__CUDA_ARCH__)
+  return fabsf(x);
+#else
+  return abs_f(x);
+#endif
+}
 FP4_HD bool is_finite_f(float x) {
   return (float_bits(x) & 0x7F800000u) != 0x7F800000u;
 }

@@ -3,6 +3,7 @@
 // results are bit-identical. All arithmetic is IEEE FP32 in the order the specification writes it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "numerics/const_div.h"
@@ -74,6 +75,19 @@ FP4_HD uint8_t nvfp4_scale_tensor_4o6(const float* v, float amax16, float amax, 
 FP4_HD uint8_t nvfp4_encode_tensor(float x, float e_b, bool stochastic, uint32_t random) {
   const float v = mul_rn(x, e_b);
   return stochastic ? e2m1_encode_sr(v, random) : e2m1_encode_rtn(v);
+}
+
+// e2m1_decode(nvfp4_encode_tensor(x, e_b, true, random)) without forming the code, for kernels that want
+// the value: in e2m1_sr_index's scaled form (|v| * 2^-126: index in bits 22-24, fraction below) rounding up
+// adds one to the index field and the fraction is dropped, so those bits with v's sign are the grid value
+// times 2^-126 (e2m1_decode's form); the min saturates above 6, inf and NaN to 6 as the index's min(7) does.
+FP4_HD float nvfp4_sr_value_tensor(float x, float e_b, uint32_t random) {
+  const float v = mul_rn(x, e_b);
+  const uint32_t s = float_bits(mul_rn(abs_for_mul(v), kTwoPowMinus126));
+  const uint32_t up = (random >> 10) < (s & 0x3FFFFFu) ? (1u << 22) : 0u;
+  const uint32_t grid = (s & ~0x3FFFFFu) + up;
+  const uint32_t sat = std::min(grid, 7u << 22);
+  return mul_rn(bits_float(sat | (float_bits(v) & 0x80000000u)), kTwoPow126);
 }
 
 // Dequantized value with a tensor outer scale: (q * s_b) * S_dec.

@@ -64,11 +64,14 @@ int LoraSvdBases::add_layer(int out, int r) {
 void LoraSvdBases::queue_download(int slot, const float* l2_device, cudaStream_t stream) {
   FP4_CHECK(slot >= 0 && slot < static_cast<int>(slots_.size()), "LoraSvdBases: no slot ", slot);
   Slot& s = slots_[static_cast<size_t>(slot)];
-  // The host reads l2_host only after the stream is synchronized in basis(), and no copy into it is queued
-  // while the host works on it (both happen on this thread), so the buffer is never read mid-copy.
+  // The host reads l2_host only after basis() waited for the event recorded behind this copy, and no copy
+  // into it is queued while the host works on it (both happen on this thread), so the buffer is never read
+  // mid-copy.
   FP4_CUDA_CHECK(cudaMemcpyAsync(s.l2_host.data(), l2_device,
                                  static_cast<size_t>(s.out) * s.r * sizeof(float), cudaMemcpyDeviceToHost,
                                  stream));
+  if (!downloaded_) downloaded_ = std::make_unique<Event>();
+  FP4_CUDA_CHECK(cudaEventRecord(downloaded_->get(), stream));
   s.queued = true;
   pending_ = true;
 }
@@ -76,8 +79,10 @@ void LoraSvdBases::queue_download(int slot, const float* l2_device, cudaStream_t
 const float* LoraSvdBases::basis(int slot, cudaStream_t stream) {
   FP4_CHECK(slot >= 0 && slot < static_cast<int>(slots_.size()), "LoraSvdBases: no slot ", slot);
   if (pending_) {
-    // One wait for every queued L2 copy (and for the uploads of the previous round, so u_host is free).
-    FP4_CUDA_CHECK(cudaStreamSynchronize(stream));
+    // One wait for every queued L2 copy, and for the uploads of the previous round (queued before them on
+    // the same stream), so u_host is free; not for the work queued after the last copy, which the GPU runs
+    // while the host computes.
+    FP4_CUDA_CHECK(cudaEventSynchronize(downloaded_->get()));
     // The layers' bases are independent host computations (about 1-3 ms each at r = 32, the whole model's
     // while the GPU waits), so they run on every host thread; each is the CPU function's, bit for bit.
     std::vector<Slot*> queued;

@@ -10,9 +10,11 @@
 
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <vector>
 
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cuda_stream.h"
 #include "ops/cuda/gemm_f32_cublaslt.h"
 
 namespace fp4::cuda {
@@ -41,9 +43,11 @@ class PinnedFloats {
 
 // The bases U = cholesky_qr2(L2) of all LoRA-SVD layers of an engine. Each layer's forward queues a copy of
 // its L2 master to page-locked memory (queue_download, no wait); the first basis() after such copies waits
-// for the stream once, computes the U of every layer whose copy is queued and queues their uploads, then
-// returns the layer's device U. L2 changes only between optimizer steps and each backward follows its
-// forward, so U is always that of the current L2; a micro-batch synchronizes once, not twice per layer.
+// once, for the last copy only (an event recorded after it, so the GPU goes on with the work queued after
+// it: the rest of the forward, the loss and the backward up to this layer's split, while the host computes),
+// computes the U of every layer whose copy is queued and queues their uploads, then returns the layer's
+// device U. L2 changes only between optimizer steps and each backward follows its forward, so U is always
+// that of the current L2; a micro-batch synchronizes once, not twice per layer.
 class LoraSvdBases {
  public:
   int add_layer(int out, int r);  // a slot for a layer with L2 [out x r]
@@ -61,6 +65,7 @@ class LoraSvdBases {
   };
   std::vector<Slot> slots_;
   bool pending_ = false;
+  std::unique_ptr<Event> downloaded_;  // recorded after each queued copy (made on first use, on its device)
 };
 
 // Device pointers, row-major FP32: dw [out x in], l1 [r x in], l2 [out x r]; the three gradients are added

@@ -81,6 +81,38 @@ TEST(StochasticRounding, SixteenBitDecisionsAreUnbiasedTo2PowMinus16) {
     }
 }
 
+// nvfp4_sr_value_tensor (the value without its code, as Q-Attn's backward forms it) is bit for bit the
+// decoded code of nvfp4_encode_tensor: random values of every magnitude and multiplier, the grid points and
+// the midpoints scaled, each with a random SR word and with the words at the round-up boundary (the
+// fraction's own bits, one below, one above), and zeros of both signs, subnormals, values above 6, inf,
+// NaN and non-finite or zero multipliers.
+TEST(StochasticRounding, ValueWithoutTheCodeIsTheDecodedCode) {
+  FP4_SEEDED_RNG(g);
+  const float inf = INFINITY, nan = NAN;
+  std::vector<float> xs = {0.0f, -0.0f,  1e-45f,  -1e-45f, 1e-38f, 6.0f, -6.0f, 6.5f,
+                           7.0f, 448.0f, 3.4e38f, -inf,    inf,    nan,  -nan};
+  for (float q : test::kE2m1Grid)
+    for (float d : {0.0f, 0.25f, 0.5f, 1.0f}) xs.push_back(q + d), xs.push_back(-(q + d));
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> binade(-140, 20);
+  for (int i = 0; i < 4000; ++i) xs.push_back(std::ldexp(mant(g), binade(g)));
+  std::vector<float> mults = {1.0f, 0.5f, 3.0f, 1e-30f, 1e30f, 3.4e38f, 0.0f, inf, nan};
+  std::uniform_real_distribution<float> logm(-20.0f, 20.0f);
+  for (int i = 0; i < 12; ++i) mults.push_back(std::exp2(logm(g)));
+  std::uniform_int_distribution<uint32_t> word;
+  for (float x : xs)
+    for (float e : mults) {
+      // The fraction SR compares against (e2m1_sr_index's s & 0x3FFFFF): the boundary words around it.
+      const uint32_t frac = float_bits(mul_rn(abs_f(mul_rn(x, e)), kTwoPowMinus126)) & 0x3FFFFFu;
+      for (uint32_t r : {word(g), frac << 10, (frac << 10) - 1024u, (frac << 10) + 1024u, 0u, 0xFFFFFFFFu,
+                         word(g) & 0xFFFF0000u}) {
+        const float want = e2m1_decode(nvfp4_encode_tensor(x, e, true, r));
+        const float got = nvfp4_sr_value_tensor(x, e, r);
+        ASSERT_EQ(float_bits(got), float_bits(want)) << "x " << x << " e_b " << e << " word " << r;
+      }
+    }
+}
+
 // Mean over N seeds of the SR-dequantized tensor versus the input (in the transformed domain with RHT).
 struct Convergence {
   double chi_small = 0, chi_large = 0;  // mean of (mean_N - x)^2 / (var / N) at N = small, large

@@ -108,9 +108,9 @@ struct SharedBlockScales {
 };
 
 // q * s_b of x rounded stochastically with SR word `random` (the CPU's nvfp4_encode_tensor, then the value
-// without S_dec: at most 6 significant bits, exact in BF16).
+// without S_dec: at most 6 significant bits, exact in BF16), the value formed without the code.
 __device__ __forceinline__ float q_attn_quantize(float x, const BlockScale& bs, uint32_t random) {
-  return e2m1_decode(nvfp4_encode_tensor(x, bs.e_b, true, random)) * bs.s_b;
+  return nvfp4_sr_value_tensor(x, bs.e_b, random) * bs.s_b;
 }
 
 // Word i (0..3, not known at compile time) of a Philox block or of four received words, by selects: a
@@ -186,15 +186,39 @@ __device__ __forceinline__ void quantize_ds_along_queries(FragA (&out)[kBlockM /
   }
 }
 
+// Eight Philox blocks shared by the 8 lanes of one t (lane 4 h + t computed block h as `r`), of which every
+// lane needs word g >> 1 (g: its own index in the group): in round k lane g reads block (g + k) & 7 from lane
+// 4 ((g + k) & 7) + t, which sends word ((h - k) & 7) >> 1, i.e. the reader's g >> 1. Block m arrived in
+// round (m - g) & 7, so a rotation by g (three stages of selects) puts the words in block order.
+__device__ __forceinline__ void share_philox_blocks8(uint32_t (&out)[8], const Philox4& r, int g, int t) {
+  uint32_t recv[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k)
+    recv[k] = __shfl_sync(0xFFFFFFFFu, word_at(r.v, ((g - k) & 7) >> 1), 4 * ((g + k) & 7) + t);
+#pragma unroll
+  for (int step = 1; step < 8; step <<= 1) {
+    const bool rotate = (g & step) != 0;
+    uint32_t next[8];
+#pragma unroll
+    for (int m = 0; m < 8; ++m) next[m] = rotate ? recv[(m - step) & 7] : recv[m];
+#pragma unroll
+    for (int m = 0; m < 8; ++m) recv[m] = next[m];
+  }
+#pragma unroll
+  for (int m = 0; m < 8; ++m) out[m] = recv[m];
+}
+
 // dS quantized along the keys (operand [query][tp], element query * tp + key), in place: the warp's 16 keys
 // of one query form a block; keys wkey0 + g and wkey0 + g + 8 take words g of Philox blocks idx0/8 and
-// idx0/8 + 1 (idx0 = query * tp + wkey0, a multiple of 16). Per j the 8 lanes of one t use four blocks,
-// (c, b) = (m >> 1, m & 1): block (query * tp + wkey0) / 8 + b with query = q0 + 8j + 2t + c, of which lane g
-// needs word g >> 1 (half g & 1). Lanes g and g + 4 compute block g & 3, the group shares them.
+// idx0/8 + 1 (idx0 = query * tp + wkey0, a multiple of 16). Per pair of tiles j = 2 jj + (m >> 2) the 8 lanes
+// of one t use eight blocks, m = 0..7 with (c, b) = ((m >> 1) & 1, m & 1): block (query * tp + wkey0) / 8 + b
+// with query = q0 + 8 j + 2 t + c, of which lane g needs word g >> 1 (half g & 1). Lane g computes block g,
+// so each block is computed once (per single j, four blocks for eight lanes were computed twice each).
 template <int kBlockM>
 __device__ __forceinline__ void quantize_ds_along_keys(FragC (&ds)[kBlockM / 8], const TensorScale& ts,
                                                        RngStream stream, int wkey0, int q0, int tp,
                                                        int lane) {
+  static_assert(kBlockM % 16 == 0, "tiles j are taken in pairs");
   const int g = lane >> 2, t = lane & 3;
   // Block k = 2 j + c (query q0 + 8 j + 2 t + c, the warp's 16 keys): the 8 lanes of one t, owner g = k % 8.
   SharedBlockScales<4, 16, 8, kBlockM / 32> scales;
@@ -205,19 +229,20 @@ __device__ __forceinline__ void quantize_ds_along_keys(FragC (&ds)[kBlockM / 8],
       scales.collect(2 * j + c, max(amax_word(ds[j].x[c]), amax_word(ds[j].x[c + 2])), g);
   scales.compute(ts);
 #pragma unroll
-  for (int j = 0; j < kBlockM / 8; ++j) {
-    BlockScale bs[2];
+  for (int jj = 0; jj < kBlockM / 16; ++jj) {
+    const int64_t my_query = q0 + 8 * (2 * jj + (g >> 2)) + 2 * t + ((g >> 1) & 1);
+    const Philox4 r = philox_block(stream, (static_cast<uint64_t>(my_query * tp + wkey0) >> 3) + (g & 1));
+    uint32_t word[8];
+    share_philox_blocks8(word, r, g, t);
 #pragma unroll
-    for (int c = 0; c < 2; ++c) bs[c] = scales.get(2 * j + c, 4 * ((2 * j + c) % 8) + t);
-    const int mine = g & 3;
-    const int64_t my_query = q0 + 8 * j + 2 * t + (mine >> 1);
-    const Philox4 r = philox_block(stream, (static_cast<uint64_t>(my_query * tp + wkey0) >> 3) + (mine & 1));
-    uint32_t word[4];
-    share_philox_blocks(word, r, mine, g >> 1, [&](int m) { return 4 * m + t; });
+    for (int half = 0; half < 2; ++half) {
+      const int j = 2 * jj + half;
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      ds[j].x[c] = q_attn_quantize(ds[j].x[c], bs[c], sr16_half(word[2 * c], g & 1));
-      ds[j].x[c + 2] = q_attn_quantize(ds[j].x[c + 2], bs[c], sr16_half(word[2 * c + 1], g & 1));
+      for (int c = 0; c < 2; ++c) {
+        const BlockScale bs = scales.get(2 * j + c, 4 * ((2 * j + c) % 8) + t);
+        ds[j].x[c] = q_attn_quantize(ds[j].x[c], bs, sr16_half(word[4 * half + 2 * c], g & 1));
+        ds[j].x[c + 2] = q_attn_quantize(ds[j].x[c + 2], bs, sr16_half(word[4 * half + 2 * c + 1], g & 1));
+      }
     }
   }
 }
