@@ -16,6 +16,8 @@
 #   recipebench  train_bench, 20 steps of $RB_CONFIGS (default olmo2-70m olmo2-370m), bf16 vs the two FP4 recipes
 #   presetbench  train_bench, olmo2-70m, 20 steps: bf16 and every preset and module (docs/BENCHMARKS.md's table)
 #   osciperiod   train_bench, olmo2-70m, 200 steps: tetrajet-v2 over a whole OsciReset period (windows included)
+#   optbench     optimizer_bench: the optimizer step alone, olmo2-70m (plain and fullstack-fp4 layouts) and 370m:
+#                root-bf16 vs q-root, adamw vs q-adamw ($OPT_CONFIGS, default olmo2-70m olmo2-370m)
 source "$(dirname "${BASH_SOURCE[0]}")/lib/gpu_common.sh"
 
 phase_bench() {
@@ -75,6 +77,16 @@ phase_trainbench() {  # train_bench with $TB_ARGS (e.g. "--config olmo2-70m --re
   note "train_bench ${TB_ARGS:-} rc=$?"
   merge_bench_json "$out/trainbench-$n.jsonl"
   grep "^train_bench:" "$out/train_bench_extra.log" | tail -4
+}
+phase_optbench() {
+  for c in ${OPT_CONFIGS:-olmo2-70m olmo2-370m}; do
+    for args in "--optimizers root-bf16,q-root" "--optimizers adamw,q-adamw" \
+      "--layout fullstack-fp4 --optimizers root-bf16+q-adamw,q-root+q-adamw"; do
+      timeout 120 $B/optimizer_bench --config $c $args >>"$out/optimizer_bench.log" 2>&1
+      note "optimizer_bench --config $c $args rc=$?"
+    done
+  done
+  grep "^optimizer_bench:" "$out/optimizer_bench.log" | sed 's/ on NVIDIA[^:]*//'
 }
 phase_normbench() {
   timeout 60 $B/norm_kernels_bench >"$out/norm_kernels_bench.log" 2>&1

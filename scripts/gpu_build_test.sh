@@ -14,14 +14,14 @@
 #   buildqb      configure + build quantize_bench alone (for profiles)
 #   buildqt      configure + build quantize_bench and test_cuda (quantizer work)
 #   buildq       configure + build quantize_bench and train_bench
-#   buildlite    configure + build fp4train and train_bench (what training and the recipe bench need)
+#   buildlite    configure + build fp4train, train_bench and optimizer_bench (training and the recipe benches)
 source "$(dirname "${BASH_SOURCE[0]}")/lib/gpu_common.sh"
 
-phase_build() { configure_and_build fp4train test_cuda train_bench quantize_bench norm_kernels_bench attention_bench engine_dump_cuda engine_dump; }
+phase_build() { configure_and_build fp4train test_cuda train_bench quantize_bench norm_kernels_bench attention_bench optimizer_bench engine_dump_cuda engine_dump; }
 phase_buildq() { configure_and_build quantize_bench train_bench; }
 phase_buildqb() { configure_and_build quantize_bench; }  # the quantizer benchmark alone (profiles)
 phase_buildqt() { configure_and_build quantize_bench test_cuda; }  # quantizer benchmark + CUDA tests
-phase_buildlite() { configure_and_build fp4train train_bench; }  # what training and the recipe bench need
+phase_buildlite() { configure_and_build fp4train train_bench optimizer_bench; }  # what training and the recipe bench need
 phase_tests() {  # $TESTS_FILTER: a gtest filter (default: every test)
   timeout 240 $B/test_cuda --gtest_brief=1 --gtest_filter="${TESTS_FILTER:-*}" >"$out/test_cuda.log" 2>&1
   local rc=$?

@@ -5,7 +5,7 @@
 #
 #   scripts/gpu_build_test.sh   build, buildq, buildqb, buildqt, buildlite, tests, testsbg, testswait,
 #                               testsgpu1, torch, dist2
-#   scripts/gpu_bench.sh        bench, torchbench, recipebench, presetbench, osciperiod, trainbench, normbench, attnbench, qbench,
+#   scripts/gpu_bench.sh        bench, torchbench, recipebench, presetbench, osciperiod, trainbench, optbench, normbench, attnbench, qbench,
 #                               smoke1b, distscale, oscispeed
 #   scripts/gpu_experiments.sh  data, quick, exp30m, exp70m
 #   scripts/gpu_profile.sh      qprofile, sass, dualprofile, dualdetail, rowsdetail, stepprofile
