@@ -183,8 +183,8 @@ void DeviceQAdamW::queue_update(DeviceParams& params, const StepHyper& h, const 
   cpu::AdamWArgs args = adamw_args(h, step);  // weight decay per tensor: QAdamPiece::decay
   args.ratio_bound = q_adamw_ratio_bound(h.beta1, h.beta2, step);
   const QAdamStepArgs a = q_adamw_step_args(args, seed_, step);
-  q_adamw_measure(params.values(), params.grads(), packed(), pieces_.data(), n_pieces_, tiles_, n_params_, a,
-                  control, amax_.data(), fault_.data(), stream_);
+  q_adamw_measure(params.grads(), packed(), pieces_.data(), n_pieces_, tiles_, n_params_, a, control,
+                  amax_.data(), fault_.data(), stream_);
   // Every tensor's amax over all ranks (QAdamW's all-reduce): the scales, and so the bytes, are one
   // process's whatever the shards.
   if (comm_)

@@ -80,7 +80,10 @@ __device__ void decode_group(const QAdamPacked& st, int k, const Slot& s, float 
 }
 
 // Decodes the group's m and v and runs cpu::adamw_update on its data elements: m, v receive the new
-// moments and p the new weights (entries past `valid` are left 0).
+// moments and, with kWeights, p the new weights (entries past `valid` are left 0). The amax pass needs only
+// the moments: without kWeights it reads no weights and skips the square root and the two divisions of
+// the update (m and v do not depend on them).
+template <bool kWeights>
 __device__ void update_group(const float* values, const float* grads, const QAdamPacked& st,
                              const QAdamPiece& t, const Slot& s, const QAdamStepArgs& a, float clip, float* m,
                              float* v, float* p) {
@@ -88,7 +91,6 @@ __device__ void update_group(const float* values, const float* grads, const QAda
   decode_group(st, 0, s, st.scale[0][2 * s.ti], xm);
   decode_group(st, 1, s, st.scale[1][2 * s.ti], xr);
   const float mu = bf16_bits_to_float(st.mean[s.gt]);
-  const float decay = t.decay ? a.decay_on : 1.0f;
   const int64_t base = t.offset + s.tile * kQAdamTileElements + s.g * 16;
   FP4_UNROLL
   for (int e = 0; e < 16; ++e) {
@@ -100,10 +102,13 @@ __device__ void update_group(const float* values, const float* grads, const QAda
     const float g = clip == 1.0f ? grads[base + e] : __fmul_rn(grads[base + e], clip);
     const float mi = __fadd_rn(__fmul_rn(xm[e], a.beta1), __fmul_rn(g, a.one_minus_beta1));
     const float vi = __fadd_rn(__fmul_rn(vd, a.beta2), __fmul_rn(__fmul_rn(g, g), a.one_minus_beta2));
-    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2_sqrt), a.eps);
-    const float r = __fdiv_rn(mi, denom);
-    const float rc = r < -a.ratio_bound ? -a.ratio_bound : r > a.ratio_bound ? a.ratio_bound : r;
-    p[e] = __fsub_rn(__fmul_rn(values[base + e], decay), __fmul_rn(a.step_size, rc));
+    if constexpr (kWeights) {
+      const float decay = t.decay ? a.decay_on : 1.0f;
+      const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2_sqrt), a.eps);
+      const float r = __fdiv_rn(mi, denom);
+      const float rc = r < -a.ratio_bound ? -a.ratio_bound : r > a.ratio_bound ? a.ratio_bound : r;
+      p[e] = __fsub_rn(__fmul_rn(values[base + e], decay), __fmul_rn(a.step_size, rc));
+    }
     m[e] = mi;
     v[e] = vi;
   }
@@ -206,9 +211,9 @@ __device__ void reduce_amax(const Slot& s, float am, float av, float* amax, int*
 
 // (A) The new moments' tensor amax, and the first non-finite moment (QAdamW's pass 1).
 __global__ void __launch_bounds__(kThreads)
-    amax_kernel(const float* __restrict__ values, const float* __restrict__ grads, QAdamPacked st,
-                const QAdamPiece* __restrict__ pieces, int n_pieces, int64_t total_tiles, QAdamStepArgs a,
-                const StepControl* __restrict__ control, float* amax, uint32_t* fault) {
+    amax_kernel(const float* __restrict__ grads, QAdamPacked st, const QAdamPiece* __restrict__ pieces,
+                int n_pieces, int64_t total_tiles, QAdamStepArgs a, const StepControl* __restrict__ control,
+                float* amax, uint32_t* fault) {
   __shared__ float sh_u[kTilesPerBlock][kQAdamTileElements];
   __shared__ uint16_t sh_mean[kTilesPerBlock];
   __shared__ int sh_ti[kTilesPerBlock];
@@ -217,7 +222,7 @@ __global__ void __launch_bounds__(kThreads)
   const Slot s = slot_of(pieces, n_pieces, total_tiles);
   float m[16] = {}, v[16] = {}, p[16];
   if (s.live) {
-    update_group(values, grads, st, pieces[s.pi], s, a, control->clip_coef, m, v, p);
+    update_group<false>(nullptr, grads, st, pieces[s.pi], s, a, control->clip_coef, m, v, p);
     bool bad_m = false, bad_v = false;
     // Loops over a group run all 16 entries with a predicate: a run-time trip count would put the group's
     // arrays in local memory.
@@ -258,7 +263,7 @@ __global__ void __launch_bounds__(kThreads)
   if (control->skip || *fault != kQAdamNoFault) return;
   const Slot s = slot_of(pieces, n_pieces, total_tiles);
   float m[16] = {}, v[16] = {}, p[16] = {};
-  if (s.live) update_group(values, grads, st, pieces[s.pi], s, a, control->clip_coef, m, v, p);
+  if (s.live) update_group<true>(values, grads, st, pieces[s.pi], s, a, control->clip_coef, m, v, p);
   float xm[16], xr[16];
   // Every read of the old state (this tile's codes, scales and mean) happens before the barriers in here.
   const uint16_t mean_bits = mix_group(s, m, v, xm, xr, sh_u, sh_mean);
@@ -372,17 +377,16 @@ void q_adamw_init(const QAdamPacked& state, const QAdamPiece* pieces, int n_piec
   FP4_CUDA_CHECK_LAUNCH("q-adamw scale_kernel");
 }
 
-void q_adamw_measure(const float* values, const float* grads, const QAdamPacked& state,
-                     const QAdamPiece* pieces, int n_pieces, int64_t total_tiles, int n_tensors,
-                     const QAdamStepArgs& args, const StepControl* control, float* amax, uint32_t* fault,
-                     cudaStream_t stream) {
+void q_adamw_measure(const float* grads, const QAdamPacked& state, const QAdamPiece* pieces, int n_pieces,
+                     int64_t total_tiles, int n_tensors, const QAdamStepArgs& args,
+                     const StepControl* control, float* amax, uint32_t* fault, cudaStream_t stream) {
   FP4_CHECK(n_tensors > 0 && n_pieces >= 0 && total_tiles >= 0, "q_adamw_measure: ", n_tensors, " tensors, ",
             n_pieces, " pieces, ", total_tiles, " tiles");
   FP4_CUDA_CHECK(cudaMemsetAsync(amax, 0, 2 * static_cast<size_t>(n_tensors) * sizeof(float), stream));
   FP4_CUDA_CHECK(cudaMemsetAsync(fault, 0xFF, sizeof(uint32_t), stream));
   if (total_tiles == 0) return;
-  amax_kernel<<<blocks_for(total_tiles), kThreads, 0, stream>>>(values, grads, state, pieces, n_pieces,
-                                                                total_tiles, args, control, amax, fault);
+  amax_kernel<<<blocks_for(total_tiles), kThreads, 0, stream>>>(grads, state, pieces, n_pieces, total_tiles,
+                                                                args, control, amax, fault);
   FP4_CUDA_CHECK_LAUNCH("q-adamw amax_kernel");
 }
 

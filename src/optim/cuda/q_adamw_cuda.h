@@ -65,10 +65,10 @@ void q_adamw_init(const QAdamPacked& state, const QAdamPiece* pieces, int n_piec
 
 // Step part A: amax (2 * n_tensors floats) receives each tensor's amax of the new mixed moments over these
 // pieces, fault (one word) kQAdamNoFault or the smallest 2 * tensor + moment whose new moment is not finite.
-void q_adamw_measure(const float* values, const float* grads, const QAdamPacked& state,
-                     const QAdamPiece* pieces, int n_pieces, int64_t total_tiles, int n_tensors,
-                     const QAdamStepArgs& args, const StepControl* control, float* amax, uint32_t* fault,
-                     cudaStream_t stream);
+// The moments do not depend on the weights, so A does not read them.
+void q_adamw_measure(const float* grads, const QAdamPacked& state, const QAdamPiece* pieces, int n_pieces,
+                     int64_t total_tiles, int n_tensors, const QAdamStepArgs& args,
+                     const StepControl* control, float* amax, uint32_t* fault, cudaStream_t stream);
 
 // Between A and B of a data-parallel step: every rank's amax and fault combined (the max of each amax, the
 // smallest fault) through one F64 all-reduce of `slots` (device scratch of
