@@ -70,18 +70,10 @@ int run(int argc, char** argv) {
     FP4_CHECK(cuda::is_device_optimizer(n), "unknown optimizer \"", n, "\"; the CUDA engine's are ",
               cuda::device_optimizers());
 
-  // The engine's parameter layout: the recipe parts that decide it (LoRA-SVD's factors), initial values
-  // from the CPU model's initialization (no realignment: the values do not change the step's cost).
+  // The engine's parameter layout and initial values: the recipe parts that decide them (LoRA-SVD's factors
+  // and their initial realignment), as the CUDA engine builds its host model.
   const ModelConfig cfg = model_preset(config);
-  const Recipe full = load_recipe(layout_name, {});
-  Recipe layout;
-  if (full.lora_svd.enabled) {
-    layout.name = full.name;
-    layout.linear = full.linear;
-    layout.bf16_layers = full.bf16_layers;
-    layout.lora_svd = full.lora_svd;
-  }
-  Olmo2Model host(cfg, layout);
+  Olmo2Model host(cfg, parameter_layout_recipe(load_recipe(layout_name, {})));
   host.init_parameters(1);
   const std::vector<float> initial(host.params().values().begin(), host.params().values().end());
   // Gradients of a plausible size (a clipped step's elements are of order 1e-3), fixed for every step.

@@ -12,6 +12,17 @@ namespace {
 constexpr int64_t kLogitChunkElements = int64_t{1} << 22;  // 16 MiB of FP32 logits at a time
 }
 
+Recipe parameter_layout_recipe(const Recipe& recipe) {
+  Recipe layout;
+  if (recipe.lora_svd.enabled) {
+    layout.name = recipe.name;
+    layout.linear = recipe.linear;
+    layout.bf16_layers = recipe.bf16_layers;
+    layout.lora_svd = recipe.lora_svd;
+  }
+  return layout;
+}
+
 Olmo2Model::Olmo2Model(const ModelConfig& cfg, const Recipe& recipe) : cfg_(cfg) {
   validate(cfg_);
   const int64_t d = cfg_.d_model, v = cfg_.vocab_size;

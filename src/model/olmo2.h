@@ -19,6 +19,11 @@
 
 namespace fp4 {
 
+// The parts of `recipe` that decide a model's parameter layout and initial values (LoRA-SVD's factors and
+// the linears its initial realignment goes through); a recipe without LoRA-SVD gives the plain layout.
+// Engines that run the layers themselves build their host model from it (the CUDA engine, its benches).
+Recipe parameter_layout_recipe(const Recipe& recipe);
+
 class Olmo2Model {
  public:
   // Parameters in order: embed, blocks.0.* .. blocks.{L-1}.*, final_norm, lm_head.

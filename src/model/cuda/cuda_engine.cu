@@ -74,14 +74,7 @@ class CudaEngine final : public TrainingEngine,
       // With lora_svd the layout holds each quantized linear's factors and the initial values are the CPU
       // engine's after its initial realignment, so the host model is built with the parts of the recipe
       // that decide both.
-      Recipe layout;
-      if (recipe.lora_svd.enabled) {
-        layout.name = recipe.name;
-        layout.linear = recipe.linear;
-        layout.bf16_layers = recipe.bf16_layers;
-        layout.lora_svd = recipe.lora_svd;
-      }
-      Olmo2Model host(cfg, layout);
+      Olmo2Model host(cfg, parameter_layout_recipe(recipe));
       host.init_parameters(seed);
       params_ = std::make_unique<cuda::DeviceParams>(host.params(), stream_.get());
       if (const LoraSvd* lora = host.lora_svd())

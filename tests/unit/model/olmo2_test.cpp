@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "../ops/gradcheck.h"
+#include "recipe/recipe_io.h"
 
 namespace fp4 {
 namespace {
@@ -120,6 +121,34 @@ TEST(Olmo2Model, InitIsTruncatedNormalAndDependsOnTheSeed) {
   EXPECT_NEAR(sd, 0.02 * 0.9866, 0.02 * 0.03);
   EXPECT_LE(amax, 3 * 0.02 + 1e-7);
   EXPECT_GT(amax, 2.5 * 0.02);
+}
+
+// parameter_layout_recipe keeps what decides the layout and initial values: with LoRA-SVD the model built
+// from it has the full recipe's tensors (the factors included) and the same initial bits (the initial
+// realignment runs through the same linears); without LoRA-SVD it is the plain layout.
+TEST(Olmo2Model, LayoutRecipeGivesTheFullRecipesParametersAndInitialValues) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const ModelConfig cfg = model_preset("tiny");
+  const std::vector<std::pair<Recipe, bool>> cases = {
+      {load_recipe("tetrajet-v2-lorasvd", {"lora_svd.rank=4"}), true},
+      {load_recipe("tetrajet-v2", {}), false}};
+  for (const auto& [full, factors] : cases) {
+    SCOPED_TRACE(full.name);
+    Olmo2Model a(cfg, full), b(cfg, parameter_layout_recipe(full));
+    a.init_parameters(seed);
+    b.init_parameters(seed);
+    ASSERT_EQ(a.params().size(), b.params().size());
+    bool has_factors = false;
+    for (int i = 0; i < a.params().size(); ++i) {
+      EXPECT_EQ(a.params().at(i).info.name, b.params().at(i).info.name);
+      EXPECT_EQ(a.params().at(i).info.shape, b.params().at(i).info.shape);
+      has_factors |= a.params().at(i).info.name.find(".lora_l1") != std::string::npos;
+    }
+    EXPECT_EQ(has_factors, factors);
+    const auto va = a.params().values(), vb = b.params().values();
+    EXPECT_TRUE(std::equal(va.begin(), va.end(), vb.begin(), vb.end()));
+  }
 }
 
 }  // namespace
